@@ -1,0 +1,459 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Subscription is one topic a consumer session reads, with its filter.
+type Subscription struct {
+	Topic  string
+	Filter Filter
+}
+
+// SessionConfig describes the role a session announces in its Telemetry
+// settings.
+type SessionConfig struct {
+	// Type is Producer, SimpleConsumer or LiteSimpleConsumer.
+	Type ClientType
+	// Group is the consumer group; empty for producers.
+	Group string
+	// Topics are the topics a producer publishes to (may be empty).
+	Topics []string
+	// Subscriptions are the topics a consumer reads. For LiteSimpleConsumer,
+	// the LITE main topics the group is bound to.
+	Subscriptions []Subscription
+	// LongPollingTimeout is announced for consumers. Zero means
+	// DefaultLongPollingTimeout.
+	LongPollingTimeout time.Duration
+	// LiteWildcard makes a LiteSimpleConsumer session keep a wildcard
+	// subscription fresh: a COMPLETE_ADD of its exact lite topics (none for a
+	// pure wildcard group) for every subscribed main topic, at start and every
+	// Config.LiteSyncInterval.
+	LiteWildcard bool
+}
+
+// Session is an open Telemetry stream plus the periodic work a client of a
+// given role does: heartbeats and, for lite consumers, subscription syncs. The
+// stream is re-opened with backoff when it breaks. Close it (or the Client)
+// to stop its goroutines and send NotifyClientTermination.
+type Session struct {
+	c   *Client
+	cfg SessionConfig
+
+	mu       sync.Mutex
+	settings *v2.Settings
+	exact    map[string]map[string]struct{} // main topic -> exact lite topics
+	lastErr  error
+
+	// wireType is the client type announced on the wire. A LiteSimpleConsumer
+	// session falls back to LITE_PUSH_CONSUMER on brokers older than 5.5.1,
+	// whose proxy knows no LITE_SIMPLE_CONSUMER (see docs/broker-semantics.md).
+	wireType v2.ClientType
+
+	firstSettings chan struct{}
+	firstOnce     sync.Once
+	cancel        context.CancelFunc
+	done          chan struct{}
+	closeOnce     sync.Once
+	closeErr      error
+}
+
+// OpenSession opens a Telemetry stream, sends this client's settings and waits
+// for the broker's answer (bounded by ctx and RequestTimeout). It returns an
+// error when the broker rejects the settings or does not answer.
+func (c *Client) OpenSession(ctx context.Context, cfg SessionConfig) (*Session, error) {
+	switch cfg.Type {
+	case Producer:
+	case SimpleConsumer, LiteSimpleConsumer:
+		if cfg.Group == "" {
+			return nil, &ConfigError{Option: "SessionConfig.Group", Reason: "required for consumers"}
+		}
+		if len(cfg.Subscriptions) == 0 {
+			return nil, &ConfigError{Option: "SessionConfig.Subscriptions", Reason: "a consumer needs at least one topic"}
+		}
+	default:
+		return nil, &ConfigError{Option: "SessionConfig.Type", Reason: fmt.Sprintf("unsupported client type %v", cfg.Type)}
+	}
+	if cfg.LiteWildcard && cfg.Type != LiteSimpleConsumer {
+		return nil, &ConfigError{Option: "SessionConfig.LiteWildcard", Reason: "only for LiteSimpleConsumer"}
+	}
+	if cfg.LongPollingTimeout == 0 {
+		cfg.LongPollingTimeout = DefaultLongPollingTimeout
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if len(c.sessions) > 0 {
+		c.mu.Unlock()
+		// The proxy keeps one settings record per client id: a second role
+		// would silently replace the first.
+		return nil, &ConfigError{Option: "SessionConfig", Reason: "this client already has an open session; the broker keeps one role per client id, so use another Client"}
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s := &Session{
+		c:             c,
+		cfg:           cfg,
+		exact:         map[string]map[string]struct{}{},
+		firstSettings: make(chan struct{}),
+		cancel:        cancel,
+		done:          make(chan struct{}),
+		wireType:      v2.ClientType(cfg.Type),
+	}
+	c.sessions[s] = struct{}{}
+	c.mu.Unlock()
+
+	go s.run(runCtx)
+
+	wait, wcancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer wcancel()
+	select {
+	case <-s.firstSettings:
+	case <-wait.Done():
+	}
+	s.mu.Lock()
+	got, lastErr := s.settings != nil, s.lastErr
+	s.mu.Unlock()
+	if !got {
+		_ = s.shutdown(ctx, false)
+		if lastErr == nil {
+			lastErr = wait.Err()
+		}
+		return nil, fmt.Errorf("rocketmq: telemetry settings handshake: %w", lastErr)
+	}
+	if cfg.LiteWildcard {
+		if err := s.syncAll(ctx); err != nil {
+			_ = s.close(ctx)
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Settings returns the settings the broker sent last (nil before the first).
+func (s *Session) Settings() *v2.Settings {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settings
+}
+
+// Close stops the session and sends NotifyClientTermination (bounded by ctx).
+func (s *Session) Close(ctx context.Context) error { return s.close(ctx) }
+
+func (s *Session) close(ctx context.Context) error { return s.shutdown(ctx, true) }
+
+// shutdown stops the session's goroutines and, when notify is set, tells the
+// broker this client leaves.
+func (s *Session) shutdown(ctx context.Context, notify bool) error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		<-s.done
+		s.c.mu.Lock()
+		delete(s.c.sessions, s)
+		s.c.mu.Unlock()
+		if notify {
+			// The connection is still open here: Client.Close closes it after
+			// its sessions.
+			s.closeErr = s.c.notifyTermination(ctx, s.cfg.Group)
+		}
+	})
+	return s.closeErr
+}
+
+func (c *Client) notifyTermination(ctx context.Context, group string) error {
+	req := &v2.NotifyClientTerminationRequest{}
+	if group != "" {
+		req.Group = c.resource(group)
+	}
+	cctx, cancel := c.callCtx(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := c.stub.NotifyClientTermination(cctx, req)
+	if err != nil {
+		return c.wrap("NotifyClientTermination", err)
+	}
+	return checkStatus("NotifyClientTermination", resp.GetStatus())
+}
+
+func (s *Session) settingsCommand() *v2.TelemetryCommand {
+	s.mu.Lock()
+	typ := s.wireType
+	s.mu.Unlock()
+	st := &v2.Settings{
+		ClientType:     &typ,
+		AccessPoint:    s.c.endpoints.proto(),
+		RequestTimeout: durationpb.New(s.c.cfg.RequestTimeout),
+		UserAgent: &v2.UA{
+			Language: v2.Language_GOLANG,
+			Version:  Version,
+			Platform: runtime.GOOS + "/" + runtime.GOARCH,
+			Hostname: hostname(),
+		},
+	}
+	switch s.cfg.Type {
+	case Producer:
+		pub := &v2.Publishing{}
+		for _, t := range s.cfg.Topics {
+			pub.Topics = append(pub.Topics, s.c.resource(t))
+		}
+		st.PubSub = &v2.Settings_Publishing{Publishing: pub}
+	default:
+		sub := &v2.Subscription{
+			Group:              s.c.resource(s.cfg.Group),
+			LongPollingTimeout: durationpb.New(s.cfg.LongPollingTimeout),
+		}
+		for _, e := range s.cfg.Subscriptions {
+			sub.Subscriptions = append(sub.Subscriptions, &v2.SubscriptionEntry{
+				Topic:      s.c.resource(e.Topic),
+				Expression: e.Filter.proto(),
+			})
+		}
+		st.PubSub = &v2.Settings_Subscription{Subscription: sub}
+	}
+	return &v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: st}}
+}
+
+// run keeps the Telemetry stream open and does the periodic work until ctx ends.
+func (s *Session) run(ctx context.Context) {
+	defer close(s.done)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.periodic(ctx)
+	}()
+	backoff := newBackoff(100*time.Millisecond, 30*time.Second)
+	for ctx.Err() == nil {
+		healthy, err := s.stream(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if s.fallBack(err) {
+			continue
+		}
+		if healthy {
+			backoff = newBackoff(100*time.Millisecond, 30*time.Second)
+		}
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		s.c.log.Warn("rocketmq: telemetry stream broke; reopening", "group", s.cfg.Group, "err", err)
+		if !sleepCtx(ctx, backoff.next()) {
+			break
+		}
+	}
+	wg.Wait()
+}
+
+// fallBack switches a LiteSimpleConsumer session to LITE_PUSH_CONSUMER when the
+// proxy rejected the lite simple type (RocketMQ 5.5.0 knows only the push type;
+// both receive through ReceiveMessage). It reports whether it switched.
+func (s *Session) fallBack(err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wireType != v2.ClientType_LITE_SIMPLE_CONSUMER || err == nil ||
+		status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "not consumer") {
+		return false
+	}
+	s.wireType = v2.ClientType_LITE_PUSH_CONSUMER
+	s.c.log.Info("rocketmq: proxy does not know LITE_SIMPLE_CONSUMER; announcing LITE_PUSH_CONSUMER", "group", s.cfg.Group)
+	return true
+}
+
+// WireType returns the client type this session announces to the broker: the
+// configured type, except that LiteSimpleConsumer becomes LITE_PUSH_CONSUMER on
+// a proxy that predates LITE_SIMPLE_CONSUMER.
+func (s *Session) WireType() v2.ClientType {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wireType
+}
+
+// stream runs one Telemetry stream until it fails or ctx ends. healthy reports
+// whether the broker answered the settings on this stream.
+func (s *Session) stream(ctx context.Context) (healthy bool, err error) {
+	sctx, cancel := context.WithCancel(s.c.sign(ctx))
+	defer cancel()
+	st, err := s.c.stub.Telemetry(sctx)
+	if err != nil {
+		return false, s.c.wrap("Telemetry", err)
+	}
+	if err := st.Send(s.settingsCommand()); err != nil {
+		return false, s.c.wrap("Telemetry", err)
+	}
+	for {
+		cmd, err := st.Recv()
+		if err != nil {
+			return healthy, s.c.wrap("Telemetry", err)
+		}
+		if cmd.GetSettings() != nil {
+			healthy = true
+		}
+		if err := s.handle(st, cmd); err != nil {
+			return healthy, err
+		}
+	}
+}
+
+func (s *Session) handle(st grpc.BidiStreamingClient[v2.TelemetryCommand, v2.TelemetryCommand], cmd *v2.TelemetryCommand) error {
+	if err := checkStatus("Telemetry", cmd.GetStatus()); cmd.GetStatus() != nil && err != nil {
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		return err
+	}
+	switch x := cmd.GetCommand().(type) {
+	case *v2.TelemetryCommand_Settings:
+		s.mu.Lock()
+		s.settings = x.Settings
+		s.lastErr = nil
+		s.mu.Unlock()
+		s.firstOnce.Do(func() { close(s.firstSettings) })
+	case *v2.TelemetryCommand_NotifyUnsubscribeLiteCommand:
+		lt := x.NotifyUnsubscribeLiteCommand.GetLiteTopic()
+		s.mu.Lock()
+		for _, set := range s.exact {
+			delete(set, lt)
+		}
+		s.mu.Unlock()
+		s.c.log.Info("rocketmq: broker unsubscribed a lite topic", "group", s.cfg.Group, "lite_topic", lt)
+	case *v2.TelemetryCommand_PrintThreadStackTraceCommand:
+		buf := make([]byte, 64<<10)
+		buf = buf[:runtime.Stack(buf, true)]
+		trace := string(buf)
+		return st.Send(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_ThreadStackTrace{
+			ThreadStackTrace: &v2.ThreadStackTrace{Nonce: x.PrintThreadStackTraceCommand.GetNonce(), ThreadStackTrace: &trace},
+		}})
+	case *v2.TelemetryCommand_VerifyMessageCommand:
+		return st.Send(&v2.TelemetryCommand{
+			Status: &v2.Status{Code: v2.Code_NOT_IMPLEMENTED, Message: "rmqflow does not verify messages"},
+			Command: &v2.TelemetryCommand_VerifyMessageResult{
+				VerifyMessageResult: &v2.VerifyMessageResult{Nonce: x.VerifyMessageCommand.GetNonce()},
+			},
+		})
+	default:
+		// RecoverOrphanedTransaction, ReconnectEndpoints: nothing rmqflow uses.
+	}
+	return nil
+}
+
+// periodic sends heartbeats and lite subscription syncs.
+func (s *Session) periodic(ctx context.Context) {
+	hb := time.NewTicker(s.c.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	var lite <-chan time.Time
+	if s.cfg.LiteWildcard {
+		t := time.NewTicker(s.c.cfg.LiteSyncInterval)
+		defer t.Stop()
+		lite = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hb.C:
+			if err := s.c.Heartbeat(ctx, s.cfg.Group, ClientType(s.WireType())); err != nil && ctx.Err() == nil {
+				s.c.log.Warn("rocketmq: heartbeat failed", "group", s.cfg.Group, "err", err)
+			}
+		case <-lite:
+			if err := s.syncAll(ctx); err != nil && ctx.Err() == nil {
+				s.c.log.Warn("rocketmq: lite subscription sync failed", "group", s.cfg.Group, "err", err)
+			}
+		}
+	}
+}
+
+// syncAll sends COMPLETE_ADD with the exact lite topics of every main topic.
+func (s *Session) syncAll(ctx context.Context) error {
+	var errs []error
+	for _, sub := range s.cfg.Subscriptions {
+		s.mu.Lock()
+		set := make([]string, 0, len(s.exact[sub.Topic]))
+		for lt := range s.exact[sub.Topic] {
+			set = append(set, lt)
+		}
+		s.mu.Unlock()
+		err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
+			Action: LiteCompleteAdd, Topic: sub.Topic, Group: s.cfg.Group, LiteTopics: set,
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SubscribeLite adds one exact lite topic of mainTopic (PARTIAL_ADD) and keeps
+// it in the periodic COMPLETE_ADD. offset is optional.
+func (s *Session) SubscribeLite(ctx context.Context, mainTopic, liteTopic string, offset *OffsetOption) error {
+	err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
+		Action: LitePartialAdd, Topic: mainTopic, Group: s.cfg.Group, LiteTopics: []string{liteTopic}, Offset: offset,
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.exact[mainTopic] == nil {
+		s.exact[mainTopic] = map[string]struct{}{}
+	}
+	s.exact[mainTopic][liteTopic] = struct{}{}
+	s.mu.Unlock()
+	return nil
+}
+
+// UnsubscribeLite removes one exact lite topic (PARTIAL_REMOVE).
+func (s *Session) UnsubscribeLite(ctx context.Context, mainTopic, liteTopic string) error {
+	err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
+		Action: LitePartialRemove, Topic: mainTopic, Group: s.cfg.Group, LiteTopics: []string{liteTopic},
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.exact[mainTopic], liteTopic)
+	s.mu.Unlock()
+	return nil
+}
+
+// sleepCtx sleeps d or until ctx ends; it reports whether the full d elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// backoff doubles from min to max, with jitter of up to a quarter.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur *= 2
+		if b.cur > b.max {
+			b.cur = b.max
+		}
+	}
+	return b.cur - time.Duration(randInt63n(int64(b.cur/4)+1))
+}

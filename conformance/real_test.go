@@ -1,0 +1,14 @@
+package conformance_test
+
+import (
+	"testing"
+
+	"github.com/rmqflow/rmqflow/conformance"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
+)
+
+// TestRealBroker runs every scenario against the real RocketMQ broker that
+// `make test` starts (RMQFLOW_ENDPOINT).
+func TestRealBroker(t *testing.T) {
+	conformance.Run(t, conformance.Target{Name: "rocketmq", Endpoint: rmqtest.Endpoint(t)})
+}

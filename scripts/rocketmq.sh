@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Runs a real Apache RocketMQ (name server, broker, and a proxy in Cluster mode;
+# three JVMs) on 127.0.0.1 for rmqflow's tests. Cluster mode, not Local: in
+# 5.5.0 only the cluster proxy serves SyncLiteSubscription (Local mode's
+# LiteSubscriptionService is null). The jars come from Maven Central
+# through mvn; everything it writes stays under $RMQ_STATE (outside git).
+#
+#   scripts/rocketmq.sh up       fetch if needed, start (idempotent), create fixtures
+#   scripts/rocketmq.sh down     stop what `up` started
+#   scripts/rocketmq.sh status   print whether it runs and its endpoint
+#   scripts/rocketmq.sh fetch    only resolve the jars
+#   scripts/rocketmq.sh logs     print the tail of every log (used when a run fails)
+#   scripts/rocketmq.sh env      print the environment the Go tests read
+#
+# Settings (environment):
+#   RMQ_VERSION      RocketMQ version (default 5.5.0; see docs/broker-semantics.md
+#                    for why not 5.5.1)
+#   RMQ_STATE        state directory (default <repo>/.cache/rocketmq)
+#   RMQ_NAMESRV_PORT name server port (default 19876)
+#   RMQ_GRPC_PORT    proxy gRPC port (default 18081)
+#   RMQ_BROKER_PORT  broker remoting port (default 18911; it also uses -2 and +1)
+#   RMQ_PROXY_REMOTING_PORT  proxy remoting port (default 18080)
+#   RMQ_HEAP         max heap of each JVM (default 1g)
+#   RMQ_START_TIMEOUT seconds to wait for the gRPC port (default 120)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+
+RMQ_VERSION=${RMQ_VERSION:-5.5.0}
+RMQ_STATE=${RMQ_STATE:-$repo/.cache/rocketmq}
+RMQ_NAMESRV_PORT=${RMQ_NAMESRV_PORT:-19876}
+RMQ_GRPC_PORT=${RMQ_GRPC_PORT:-18081}
+RMQ_BROKER_PORT=${RMQ_BROKER_PORT:-18911}
+RMQ_PROXY_REMOTING_PORT=${RMQ_PROXY_REMOTING_PORT:-18080}
+RMQ_HEAP=${RMQ_HEAP:-1g}
+RMQ_START_TIMEOUT=${RMQ_START_TIMEOUT:-120}
+
+run="$RMQ_STATE/run"
+cpfile="$RMQ_STATE/classpath-$RMQ_VERSION.txt"
+namesrv_addr="127.0.0.1:$RMQ_NAMESRV_PORT"
+endpoint="127.0.0.1:$RMQ_GRPC_PORT"
+cluster=DefaultCluster
+
+log() { printf 'rocketmq: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+fetch() {
+  [ -s "$cpfile" ] && return 0
+  command -v mvn >/dev/null || die "mvn not found: install Maven (and Java 17) to fetch RocketMQ"
+  command -v java >/dev/null || die "java not found: install Java 17"
+  mkdir -p "$RMQ_STATE"
+  log "resolving org.apache.rocketmq:rocketmq-{namesrv,proxy,tools}:$RMQ_VERSION from Maven Central"
+  if ! mvn -q -B -f "$here/rocketmq/pom.xml" -Drocketmq.version="$RMQ_VERSION" \
+      dependency:build-classpath -Dmdep.outputFile="$cpfile.tmp" -DincludeScope=runtime \
+      >"$RMQ_STATE/mvn.log" 2>&1; then
+    cat "$RMQ_STATE/mvn.log" >&2
+    die "mvn could not resolve RocketMQ $RMQ_VERSION"
+  fi
+  mv "$cpfile.tmp" "$cpfile"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+pid_alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
+
+write_conf() {
+  mkdir -p "$run/conf" "$run/store" "$run/home"
+  cat >"$run/conf/namesrv.conf" <<CONF
+listenPort=$RMQ_NAMESRV_PORT
+bindAddress=127.0.0.1
+CONF
+  cat >"$run/conf/broker.conf" <<CONF
+brokerClusterName=$cluster
+brokerName=broker-a
+brokerId=0
+namesrvAddr=$namesrv_addr
+brokerIP1=127.0.0.1
+bindAddress=127.0.0.1
+listenPort=$RMQ_BROKER_PORT
+storePathRootDir=$run/store
+storePathCommitLog=$run/store/commitlog
+mappedFileSizeCommitLog=134217728
+deleteWhen=04
+fileReservedTime=24
+diskMaxUsedSpaceRatio=95
+brokerRole=ASYNC_MASTER
+flushDiskType=ASYNC_FLUSH
+enableLmq=true
+enableMultiDispatch=true
+autoCreateTopicEnable=false
+autoCreateSubscriptionGroup=false
+CONF
+  cat >"$run/conf/rmq-proxy.json" <<CONF
+{
+  "rocketMQClusterName": "$cluster",
+  "namesrvAddr": "$namesrv_addr",
+  "proxyMode": "cluster",
+  "grpcServerPort": $RMQ_GRPC_PORT,
+  "remotingListenPort": $RMQ_PROXY_REMOTING_PORT,
+  "localServeAddr": "127.0.0.1"
+}
+CONF
+}
+
+jvm() {
+  # $1 name, rest: main class and args
+  local name=$1; shift
+  java -server -Xms128m -Xmx"${RMQ_JVM_HEAP:-$RMQ_HEAP}" -XX:MaxDirectMemorySize=512m -XX:+UseG1GC \
+    -Duser.home="$run/home" -Drocketmq.home.dir="$run/home" \
+    -Dcom.rocketmq.proxy.configPath="$run/conf/rmq-proxy.json" \
+    -Drocketmq.client.logUseSlf4j=false \
+    -cp "$(cat "$cpfile")" "$@" >"$run/$name.out" 2>&1 &
+  echo $! >"$run/$name.pid"
+}
+
+mqadmin() {
+  java -Xmx256m -Duser.home="$run/home" -Drocketmq.home.dir="$run/home" \
+    -cp "$(cat "$cpfile")" org.apache.rocketmq.tools.command.MQAdminStartup "$@" -n "$namesrv_addr"
+}
+
+wait_port() {
+  local port=$1 what=$2 pidname=$3 deadline=$((SECONDS + RMQ_START_TIMEOUT))
+  until port_open "$port"; do
+    pid_alive "$pidname" || { logs; die "$what exited before its port $port opened"; }
+    [ $SECONDS -lt $deadline ] || { logs; die "$what did not open port $port within ${RMQ_START_TIMEOUT}s"; }
+    sleep 0.5
+  done
+}
+
+up() {
+  fetch
+  if pid_alive proxy && port_open "$RMQ_GRPC_PORT"; then
+    log "already running at $endpoint"
+  else
+    if port_open "$RMQ_GRPC_PORT" || port_open "$RMQ_NAMESRV_PORT"; then
+      die "port $RMQ_GRPC_PORT or $RMQ_NAMESRV_PORT is taken by something this script did not start"
+    fi
+    write_conf
+    local t0=$SECONDS
+    pid_alive namesrv || RMQ_JVM_HEAP=256m jvm namesrv org.apache.rocketmq.namesrv.NamesrvStartup -c "$run/conf/namesrv.conf"
+    wait_port "$RMQ_NAMESRV_PORT" "name server" namesrv
+    pid_alive broker || jvm broker org.apache.rocketmq.broker.BrokerStartup -c "$run/conf/broker.conf"
+    wait_port "$RMQ_BROKER_PORT" "broker" broker
+    jvm proxy org.apache.rocketmq.proxy.ProxyStartup -pm cluster -pc "$run/conf/rmq-proxy.json" -n "$namesrv_addr"
+    wait_port "$RMQ_GRPC_PORT" "proxy" proxy
+    log "started in $((SECONDS - t0))s"
+  fi
+  fixtures
+  echo "$endpoint"
+}
+
+# The fixtures every test relies on. Names are fixed so tests can find them; see
+# internal/rmqtest for the Go side.
+fixtures() {
+  local marker="$run/fixtures.done"
+  [ -f "$marker" ] && return 0
+  local deadline=$((SECONDS + RMQ_START_TIMEOUT))
+  # The broker registers with the name server a moment after the gRPC port opens.
+  until mqadmin clusterList 2>/dev/null | grep -q broker-a; do
+    [ $SECONDS -lt $deadline ] || { logs; die "broker did not register with the name server"; }
+    sleep 1
+  done
+  java -Xmx256m -Duser.home="$run/home" -Drocketmq.home.dir="$run/home" \
+    -cp "$(cat "$cpfile")" "$here/rocketmq/Fixtures.java" "$namesrv_addr" "$cluster" "$here/rocketmq/fixtures.txt" \
+    >"$run/fixtures.out" 2>&1 || { cat "$run/fixtures.out" >&2; die "creating fixtures failed"; }
+  touch "$marker"
+  log "fixtures created"
+}
+
+down() {
+  local name pid
+  for name in proxy broker namesrv; do
+    if pid_alive "$name"; then
+      pid=$(cat "$run/$name.pid")
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+      kill -9 "$pid" 2>/dev/null || true
+      log "stopped $name ($pid)"
+    fi
+    rm -f "$run/$name.pid"
+  done
+  # A fresh start gets a fresh store: fixtures and messages of earlier runs go away.
+  rm -rf "$run/store" "$run/fixtures.done"
+}
+
+status() {
+  if pid_alive proxy && port_open "$RMQ_GRPC_PORT"; then
+    echo "running: $endpoint (name server $namesrv_addr)"
+  else
+    echo "not running"; return 1
+  fi
+}
+
+logs() {
+  local f
+  for f in "$run"/*.out "$run"/home/logs/rocketmqlogs/{proxy,broker,namesrv}.log; do
+    [ -f "$f" ] || continue
+    printf '==== %s (last 60 lines)\n' "$f" >&2
+    tail -n 60 "$f" >&2
+  done
+}
+
+case "${1:-}" in
+  fetch) fetch; echo "$cpfile" ;;
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  logs) logs ;;
+  env) echo "RMQFLOW_ENDPOINT=$endpoint" ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
+esac

@@ -1,0 +1,98 @@
+// Creates the topics and consumer groups listed in fixtures.txt on a running
+// RocketMQ cluster. Run as a single-file program (java Fixtures.java) with the
+// RocketMQ tools jars on the class path; scripts/rocketmq.sh does that.
+//
+// fixtures.txt, one per line ('#' starts a comment):
+//   topic <name> normal|lite|fifo [queues=N]
+//   group <name> [retry=N] [bind=<lite main topic>] [wildcard] [fifo]
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
+import org.apache.rocketmq.remoting.protocol.route.BrokerData;
+import org.apache.rocketmq.remoting.protocol.subscription.SubscriptionGroupConfig;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+
+public class Fixtures {
+    public static void main(String[] args) throws Exception {
+        if (args.length != 3) {
+            System.err.println("usage: Fixtures <namesrv> <cluster> <fixtures.txt>");
+            System.exit(2);
+        }
+        DefaultMQAdminExt admin = new DefaultMQAdminExt(10_000);
+        admin.setNamesrvAddr(args[0]);
+        admin.setInstanceName("rmqflow-fixtures-" + ProcessHandle.current().pid());
+        admin.start();
+        try {
+            ClusterInfo info = admin.examineBrokerClusterInfo();
+            Set<String> brokerNames = info.getClusterAddrTable().get(args[1]);
+            if (brokerNames == null || brokerNames.isEmpty()) {
+                throw new IllegalStateException("cluster " + args[1] + " has no broker");
+            }
+            List<String> lines = Files.readAllLines(Path.of(args[2]));
+            for (String brokerName : brokerNames) {
+                BrokerData bd = info.getBrokerAddrTable().get(brokerName);
+                String addr = bd.getBrokerAddrs().get(0L);
+                for (String raw : lines) {
+                    String line = raw.replaceAll("#.*", "").trim();
+                    if (line.isEmpty()) {
+                        continue;
+                    }
+                    apply(admin, addr, line.split("\\s+"));
+                }
+            }
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    static void apply(DefaultMQAdminExt admin, String addr, String[] f) throws Exception {
+        Map<String, String> opts = new HashMap<>();
+        for (int i = 2; i < f.length; i++) {
+            String[] kv = f[i].split("=", 2);
+            opts.put(kv[0], kv.length == 2 ? kv[1] : "true");
+        }
+        switch (f[0]) {
+            case "topic": {
+                int queues = Integer.parseInt(opts.getOrDefault("queues", "4"));
+                TopicConfig tc = new TopicConfig(f[1], queues, queues);
+                Map<String, String> attrs = new HashMap<>();
+                String type = f.length > 2 ? f[2] : "normal";
+                switch (type) {
+                    case "normal": attrs.put("+message.type", "NORMAL"); break;
+                    case "lite": attrs.put("+message.type", "LITE"); break;
+                    case "fifo": attrs.put("+message.type", "FIFO"); break;
+                    default: throw new IllegalArgumentException("unknown topic type " + type);
+                }
+                tc.setAttributes(attrs);
+                admin.createAndUpdateTopicConfig(addr, tc);
+                System.out.println("topic " + f[1] + " " + type);
+                break;
+            }
+            case "group": {
+                SubscriptionGroupConfig gc = new SubscriptionGroupConfig();
+                gc.setGroupName(f[1]);
+                gc.setRetryMaxTimes(Integer.parseInt(opts.getOrDefault("retry", "16")));
+                gc.setConsumeMessageOrderly(opts.containsKey("fifo"));
+                Map<String, String> attrs = new HashMap<>();
+                if (opts.containsKey("bind")) {
+                    attrs.put("+lite.bind.topic", opts.get("bind"));
+                }
+                if (opts.containsKey("wildcard")) {
+                    attrs.put("+lite.sub.wildcard", "true");
+                }
+                gc.setAttributes(attrs);
+                admin.createAndUpdateSubscriptionGroupConfig(addr, gc);
+                System.out.println("group " + f[1] + " " + opts);
+                break;
+            }
+            default:
+                throw new IllegalArgumentException("unknown fixture kind " + f[0]);
+        }
+    }
+}
