@@ -119,6 +119,14 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// Conn returns the underlying gRPC connection, for calls this package does not
+// wrap. Use OutgoingContext to attach the request headers and signature.
+func (c *Client) Conn() grpc.ClientConnInterface { return c.conn }
+
+// OutgoingContext returns ctx with this client's request headers (client id,
+// namespace, signature) attached, for raw calls on Conn.
+func (c *Client) OutgoingContext(ctx context.Context) context.Context { return c.sign(ctx) }
+
 // ID returns the client id sent in x-mq-client-id.
 func (c *Client) ID() string { return c.id }
 

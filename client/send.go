@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,29 +27,90 @@ type SendResult struct {
 	Err error
 }
 
-// Send sends msgs, which must all have the same topic, in one SendMessage RPC.
-// Results are in the order of msgs. The error is non-nil only when the RPC as a
-// whole failed; per-message failures are in the results.
+// Send sends msgs, which must all have the same topic. Results are in the order
+// of msgs. The error is non-nil only when a request as a whole failed (then no
+// results are returned for a single request); per-message failures are in the
+// results.
+//
+// Normal, FIFO and delayed messages go in one SendMessage RPC. Lite messages
+// go one per RPC, concurrently: RocketMQ 5.5.0 accepts a multi-message request
+// of lite messages with OK but never dispatches them to their lite topics
+// (docs/broker-semantics.md, scenario k).
 func (c *Client) Send(ctx context.Context, msgs ...*Message) ([]SendResult, error) {
+	if len(msgs) > 1 && hasLite(msgs) {
+		return c.sendEach(ctx, msgs)
+	}
+	return c.sendBatch(ctx, msgs)
+}
+
+func hasLite(msgs []*Message) bool {
+	for _, m := range msgs {
+		if m != nil && m.LiteTopic != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// sendEach sends every message in its own RPC, at most 16 at a time. A
+// request-level failure of one message becomes that message's Err.
+func (c *Client) sendEach(ctx context.Context, msgs []*Message) ([]SendResult, error) {
+	if err := validateBatch(msgs); err != nil {
+		return nil, err
+	}
+	out := make([]SendResult, len(msgs))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			res, err := c.sendBatch(ctx, []*Message{m})
+			switch {
+			case err != nil:
+				out[i].Err = err
+			default:
+				out[i] = res[0]
+			}
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+func validateBatch(msgs []*Message) error {
+	topic := ""
+	for i, m := range msgs {
+		if m == nil {
+			return &ConfigError{Option: "Message", Reason: fmt.Sprintf("message %d is nil", i)}
+		}
+		if m.Topic == "" {
+			return &ConfigError{Option: "Message.Topic", Reason: fmt.Sprintf("message %d has no topic", i)}
+		}
+		if i == 0 {
+			topic = m.Topic
+		} else if m.Topic != topic {
+			return &ConfigError{Option: "Message.Topic", Reason: fmt.Sprintf("a batch must have one topic: %q and %q", topic, m.Topic)}
+		}
+	}
+	return nil
+}
+
+// sendBatch sends msgs in one SendMessage RPC.
+func (c *Client) sendBatch(ctx context.Context, msgs []*Message) ([]SendResult, error) {
 	const op = "SendMessage"
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	topic := msgs[0].Topic
+	if err := validateBatch(msgs); err != nil {
+		return nil, err
+	}
 	pb := &v2.SendMessageRequest{Messages: make([]*v2.Message, len(msgs))}
 	ids := make([]string, len(msgs))
 	host := hostname()
 	now := timestamppb.Now()
 	for i, m := range msgs {
-		if m == nil {
-			return nil, &ConfigError{Option: "Message", Reason: fmt.Sprintf("message %d is nil", i)}
-		}
-		if m.Topic == "" {
-			return nil, &ConfigError{Option: "Message.Topic", Reason: fmt.Sprintf("message %d has no topic", i)}
-		}
-		if m.Topic != topic {
-			return nil, &ConfigError{Option: "Message.Topic", Reason: fmt.Sprintf("a batch must have one topic: %q and %q", topic, m.Topic)}
-		}
 		ids[i] = NewMessageID()
 		sp := &v2.SystemProperties{
 			Keys:          m.Keys,

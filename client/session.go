@@ -248,7 +248,13 @@ func (s *Session) run(ctx context.Context) {
 		}
 		s.mu.Lock()
 		s.lastErr = err
+		neverUp := s.settings == nil
 		s.mu.Unlock()
+		if neverUp && permanent(err) {
+			// The broker refused the handshake (unknown group, bad
+			// credentials): fail OpenSession now instead of retrying.
+			s.firstOnce.Do(func() { close(s.firstSettings) })
+		}
 		s.c.log.Warn("rocketmq: telemetry stream broke; reopening", "group", s.cfg.Group, "err", err)
 		if !sleepCtx(ctx, backoff.next()) {
 			break
@@ -425,6 +431,15 @@ func (s *Session) UnsubscribeLite(ctx context.Context, mainTopic, liteTopic stri
 	delete(s.exact[mainTopic], liteTopic)
 	s.mu.Unlock()
 	return nil
+}
+
+// permanent reports whether a Telemetry failure will recur unchanged.
+func permanent(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.Unimplemented:
+		return true
+	}
+	return false
 }
 
 // sleepCtx sleeps d or until ctx ends; it reports whether the full d elapsed.

@@ -52,6 +52,7 @@ func WildcardReceivesManyLiteTopics(t *testing.T, e *Env) {
 // client (another client id) of the same group, and is not delivered again.
 func AckByAnotherClient(t *testing.T, e *Env) {
 	t.Run("lite", func(t *testing.T) {
+		t.Parallel()
 		const s = "b"
 		topic := rmqtest.LiteTopic(s)
 		recv := e.LiteConsumer(t, s)
@@ -69,9 +70,10 @@ func AckByAnotherClient(t *testing.T, e *Env) {
 		if err := AckOne(t, acker, rmqtest.LiteGroup(s), got[0]); err != nil {
 			t.Fatalf("ack by another client: %v", err)
 		}
-		Nothing(t, recv, LiteReq(s, MinInvisible), OfRun(run), MinInvisible+5*time.Second)
+		Nothing(t, recv, LiteReq(s, MinInvisible), OfRun(run), MinInvisible+10*time.Second)
 	})
 	t.Run("normal", func(t *testing.T) {
+		t.Parallel()
 		const s = "b"
 		topic := rmqtest.NormalTopic(s)
 		recv := e.NormalConsumer(t, s)
@@ -86,7 +88,7 @@ func AckByAnotherClient(t *testing.T, e *Env) {
 		if err := AckOne(t, acker, rmqtest.NormalGroup(s), got[0]); err != nil {
 			t.Fatalf("ack by another client: %v", err)
 		}
-		Nothing(t, recv, NormalReq(s, MinInvisible), OfRun(run), MinInvisible+5*time.Second)
+		Nothing(t, recv, NormalReq(s, MinInvisible), OfRun(run), MinInvisible+10*time.Second)
 	})
 }
 
