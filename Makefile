@@ -1,0 +1,29 @@
+# rmqflow: `make test` is the one command that runs all tests.
+.PHONY: test unit rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
+
+# Every test, against a real RocketMQ that this starts (and stops) itself.
+test:
+	scripts/test.sh
+
+# Only the tests that need no broker (real-broker tests are skipped, loudly).
+unit:
+	RMQFLOW_SKIP_REAL_BROKER=1 go test -count=1 ./...
+
+# Start (idempotent) / stop the real broker by hand; `up` prints the endpoint.
+rocketmq-up:
+	scripts/rocketmq.sh up
+
+rocketmq-down:
+	scripts/rocketmq.sh down
+
+rocketmq-status:
+	scripts/rocketmq.sh status
+
+rocketmq-logs:
+	scripts/rocketmq.sh logs
+
+vet:
+	go vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
