@@ -50,7 +50,8 @@ func (t ClientType) String() string { return v2.ClientType(t).String() }
 // deadline or, when the context has none, by Config.RequestTimeout (receives by
 // their long-polling timeout plus RequestTimeout).
 type Client struct {
-	cfg       Config
+	cfg       Config // with Credentials zeroed: they live behind creds only
+	creds     *Credentials
 	endpoints Endpoints
 	conn      *grpc.ClientConn
 	stub      v2.MessagingServiceClient
@@ -107,8 +108,11 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, &ConfigError{Option: "Endpoints", Reason: err.Error()}
 	}
+	creds := cfg.Credentials
+	cfg.Credentials = Credentials{}
 	c := &Client{
 		cfg:       cfg,
+		creds:     &creds,
 		endpoints: eps,
 		conn:      conn,
 		stub:      v2.NewMessagingServiceClient(conn),
@@ -126,6 +130,14 @@ func (c *Client) Conn() grpc.ClientConnInterface { return c.conn }
 // OutgoingContext returns ctx with this client's request headers (client id,
 // namespace, signature) attached, for raw calls on Conn.
 func (c *Client) OutgoingContext(ctx context.Context) context.Context { return c.sign(ctx) }
+
+// String describes the client without its credentials.
+func (c *Client) String() string {
+	return "rocketmq.Client{id: " + c.id + ", endpoints: " + c.endpoints.String() + "}"
+}
+
+// GoString is String: %#v must not reach the credentials either.
+func (c *Client) GoString() string { return c.String() }
 
 // ID returns the client id sent in x-mq-client-id.
 func (c *Client) ID() string { return c.id }
@@ -204,7 +216,7 @@ func (c *Client) sign(ctx context.Context) context.Context {
 	if c.cfg.Namespace != "" {
 		kv = append(kv, "x-mq-namespace", c.cfg.Namespace)
 	}
-	if cr := c.cfg.Credentials; cr.AccessKey != "" {
+	if cr := *c.creds; cr.AccessKey != "" {
 		h := hmac.New(sha1.New, []byte(cr.AccessSecret))
 		h.Write([]byte(now))
 		kv = append(kv, "authorization", "MQv2-HMAC-SHA1 Credential="+cr.AccessKey+
@@ -323,9 +335,9 @@ func writable(q *v2.MessageQueue) bool {
 // pick returns the next queue (round-robin) that satisfies ok, or nil.
 func (e *routeEntry) pick(ok func(*v2.MessageQueue) bool) *v2.MessageQueue {
 	n := len(e.queues)
-	start := int(e.next.Add(1))
+	start := e.next.Add(1)
 	for i := 0; i < n; i++ {
-		q := e.queues[(start+i)%n]
+		q := e.queues[(start+uint32(i))%uint32(n)]
 		if ok(q) {
 			return q
 		}

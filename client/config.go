@@ -45,6 +45,9 @@ func (c Credentials) String() string {
 // GoString hides the secret from %#v as well.
 func (c Credentials) GoString() string { return c.String() }
 
+// Format hides the secret from every verb (%d, %x, %q ... included).
+func (c Credentials) Format(f fmt.State, verb rune) { _, _ = f.Write([]byte(c.String())) }
+
 // Config configures a [Client]. Only Endpoints is required.
 type Config struct {
 	// Endpoints is the proxy's gRPC access point: "host:port", or several as

@@ -213,7 +213,8 @@ func matchAckResults(op string, entries []AckEntry, resp *v2.AckMessageResponse)
 	for i, e := range entries {
 		out[i] = AckResult{MessageID: e.MessageID, ReceiptHandle: e.ReceiptHandle}
 		re, ok := byHandle[e.ReceiptHandle]
-		if !ok && i < len(resp.GetEntries()) && len(resp.GetEntries()) == len(entries) {
+		// A proxy that echoes no handles is matched by position.
+		if !ok && len(resp.GetEntries()) == len(entries) && resp.GetEntries()[i].GetReceiptHandle() == "" {
 			re, ok = resp.GetEntries()[i], true
 		}
 		switch {

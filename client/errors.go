@@ -185,8 +185,11 @@ func IsRetriable(err error) bool {
 	var se *StatusError
 	if errors.As(err, &se) {
 		switch se.Code {
+		// Not INTERNAL_SERVER_ERROR: RocketMQ 5.5.0 uses it for permanent
+		// refusals too (an unparsable receipt handle, an unsupported
+		// operation for the group).
 		case CodeTooManyRequests, CodeRequestTimeout, CodeProxyTimeout, CodeInternalError,
-			CodeInternalServerError, CodeHAError, CodeMasterPersistenceTimeout, CodeSlavePersistenceTimeout:
+			CodeHAError, CodeMasterPersistenceTimeout, CodeSlavePersistenceTimeout:
 			return true
 		}
 		return false

@@ -123,12 +123,16 @@ func (c *Client) OpenSession(ctx context.Context, cfg SessionConfig) (*Session, 
 	select {
 	case <-s.firstSettings:
 	case <-wait.Done():
+	case <-s.done: // closed meanwhile (Client.Close)
 	}
 	s.mu.Lock()
 	got, lastErr := s.settings != nil, s.lastErr
 	s.mu.Unlock()
 	if !got {
 		_ = s.shutdown(ctx, false)
+		if c.isClosed() {
+			return nil, ErrClosed
+		}
 		if lastErr == nil {
 			lastErr = wait.Err()
 		}
@@ -433,8 +437,13 @@ func (s *Session) UnsubscribeLite(ctx context.Context, mainTopic, liteTopic stri
 	return nil
 }
 
-// permanent reports whether a Telemetry failure will recur unchanged.
+// permanent reports whether a Telemetry failure will recur unchanged: a
+// status the broker sent, or a gRPC refusal.
 func permanent(err error) bool {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return !IsRetriable(err)
+	}
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.Unimplemented:
 		return true
