@@ -1,0 +1,46 @@
+// Package rmqflow consumes and produces Apache RocketMQ 5 messages through the
+// gRPC Pop model, built for one LITE main topic with a great many lite topics
+// (one per tenant, session or conversation). It is the Go counterpart of the
+// Flink connector flink-connector-rocketmq-grpc, engine-agnostic so that a
+// plain Go service uses it directly.
+//
+// # Receiving
+//
+// A [Source] long-polls ReceiveMessage under one consumer identity per bound
+// main topic and keeps what it fetched in a bounded queue; a full queue stops
+// receiving. It never acks: every [AckableMessage] carries a [ReceiptHandle]
+// (credential-free, serializable) that whoever finishes the work acks with —
+// an [Acker] in this process, or an [AckPool] in any process. Messages that
+// wait in the queue are renewed before their invisibility ends.
+//
+// # Acking
+//
+// An [AckPool] is process-wide and reference-counted; it routes each handle to
+// an ack client by its endpoints and namespace and coalesces acks into
+// multi-entry AckMessage RPCs, giving each caller its own entry's result. An
+// expired handle (client.ErrInvalidReceiptHandle) means the message will be
+// delivered again: count it, do not stop.
+//
+// # Throttling
+//
+// A [Throttle] applies a [ThrottlePolicy] — [FairShare], [LiteTopicRateLimit]
+// or your own — to ack or defer each message, with safety valves that ack
+// instead of deferring forever. Deferring a lite message pauses its whole lite
+// topic on the broker, which hands the fetch budget to the others.
+//
+// # Leases
+//
+// With [LeaseConfig] enabled, emitted messages keep being renewed until they
+// are acked through the source's Acker (like the Pub/Sub client's lease
+// extension), and the Acker acks with the newest receipt handle.
+//
+// # Running
+//
+// A [Runner] is the loop of a plain Go service: bounded concurrency, one
+// message of a lite topic at a time, ack/defer/error per handler result, and a
+// graceful shutdown that releases or finishes what was fetched. A [Sink]
+// produces.
+//
+// What the broker really does, and therefore why these pieces behave as they
+// do, is in docs/broker-semantics.md; the design is in docs/grpc-connector.md.
+package rmqflow

@@ -1,0 +1,67 @@
+package rmqflow
+
+import (
+	"strings"
+	"time"
+
+	"github.com/rmqflow/rmqflow/client"
+)
+
+// AckableMessage is a decoded message plus the ReceiptHandle that acks it from
+// anywhere. Hand it on by value or pointer; ack it when the work is done with
+// an Acker (or, in another process, an AckPool and the handle alone).
+type AckableMessage[T any] struct {
+	// Value is the decoded body; the zero value when Err is set.
+	Value T
+	// Err is the decoder's error for this message, nil when it decoded. A
+	// message that failed to decode is neither acked nor lost: the caller
+	// decides (ack it to drop it, or leave it to be redelivered).
+	Err error
+	// Handle routes acks and invisibility changes for this delivery.
+	Handle ReceiptHandle
+	// Meta is the message's metadata.
+	Meta Metadata
+}
+
+// Metadata describes a delivered message. It is a copy: changing it affects
+// nothing else.
+type Metadata struct {
+	Topic        string
+	LiteTopic    string
+	MessageID    string
+	Tag          string
+	Keys         []string
+	Properties   map[string]string
+	MessageGroup string
+	// BornTime is when the producer created the message.
+	BornTime time.Time
+	// DeliveryAttempt is 1 on first delivery (see docs/broker-semantics.md
+	// scenarios e and f for how far it can be trusted on lite topics).
+	DeliveryAttempt int32
+	// ReceivedAt is when this process received the delivery.
+	ReceivedAt time.Time
+	// Body is the raw body the value was decoded from.
+	Body []byte
+}
+
+// DeadLettered reports whether the message was delivered from a dead-letter
+// topic (%DLQ%<group>). On RocketMQ 5.5.0 a lite message that exhausted its
+// retries comes back this way and cannot be acked for good
+// (docs/broker-semantics.md, scenario g): park it somewhere and let it be.
+func (m Metadata) DeadLettered() bool { return strings.HasPrefix(m.Topic, "%DLQ%") }
+
+func metadataOf(rm *client.ReceivedMessage, now time.Time) Metadata {
+	return Metadata{
+		Topic:           rm.Topic,
+		LiteTopic:       rm.LiteTopic,
+		MessageID:       rm.MessageID,
+		Tag:             rm.Tag,
+		Keys:            rm.Keys,
+		Properties:      rm.Properties,
+		MessageGroup:    rm.MessageGroup,
+		BornTime:        rm.BornTime,
+		DeliveryAttempt: rm.DeliveryAttempt,
+		ReceivedAt:      now,
+		Body:            rm.Body,
+	}
+}

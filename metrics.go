@@ -1,0 +1,122 @@
+package rmqflow
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/rmqflow/rmqflow/client"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// Metric names; docs/metrics.md describes each.
+const (
+	MetricFetched        = "rmqflow.source.fetched"
+	MetricEmitted        = "rmqflow.source.emitted"
+	MetricDecodeFailed   = "rmqflow.source.decode_failed"
+	MetricReceiveLatency = "rmqflow.source.receive.duration"
+	MetricQueueDepth     = "rmqflow.source.queue.depth"
+	MetricAcks           = "rmqflow.ack.results"
+	MetricAckBatchSize   = "rmqflow.ack.batch.size"
+	MetricDefers         = "rmqflow.throttle.defers"
+	MetricRenewals       = "rmqflow.renewals"
+	MetricSends          = "rmqflow.sink.sends"
+)
+
+type metrics struct {
+	fetchedC   metric.Int64Counter
+	emittedC   metric.Int64Counter
+	decodeC    metric.Int64Counter
+	receiveH   metric.Float64Histogram
+	acksC      metric.Int64Counter
+	ackBatchH  metric.Int64Histogram
+	defersC    metric.Int64Counter
+	renewalsC  metric.Int64Counter
+	sendsC     metric.Int64Counter
+	queueGauge metric.Int64ObservableGauge
+	meter      metric.Meter
+}
+
+func newMetrics(m metric.Meter) *metrics {
+	if m == nil {
+		m = noop.NewMeterProvider().Meter("rmqflow")
+	}
+	x := &metrics{meter: m}
+	// Instrument creation only fails for invalid names, which these are not;
+	// a failed instrument is a no-op one.
+	x.fetchedC, _ = m.Int64Counter(MetricFetched, metric.WithDescription("messages received from the broker"))
+	x.emittedC, _ = m.Int64Counter(MetricEmitted, metric.WithDescription("messages handed out by Next"))
+	x.decodeC, _ = m.Int64Counter(MetricDecodeFailed, metric.WithDescription("messages whose body did not decode"))
+	x.receiveH, _ = m.Float64Histogram(MetricReceiveLatency, metric.WithUnit("s"), metric.WithDescription("ReceiveMessage call duration, long polling included"))
+	x.acksC, _ = m.Int64Counter(MetricAcks, metric.WithDescription("ack results by outcome: ok, invalid_handle, failed"))
+	x.ackBatchH, _ = m.Int64Histogram(MetricAckBatchSize, metric.WithDescription("entries per AckMessage RPC"))
+	x.defersC, _ = m.Int64Counter(MetricDefers, metric.WithDescription("messages deferred by a throttle"))
+	x.renewalsC, _ = m.Int64Counter(MetricRenewals, metric.WithDescription("invisibility renewals by kind (queue, lease) and outcome"))
+	x.sendsC, _ = m.Int64Counter(MetricSends, metric.WithDescription("messages sent by sinks, by outcome"))
+	return x
+}
+
+// observeQueue registers the queue-depth gauge for a source.
+func (x *metrics) observeQueue(depth func() int) {
+	g, err := x.meter.Int64ObservableGauge(MetricQueueDepth, metric.WithDescription("messages fetched but not yet emitted"))
+	if err != nil {
+		return
+	}
+	x.queueGauge = g
+	_, _ = x.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(g, int64(depth()))
+		return nil
+	}, g)
+}
+
+func (x *metrics) fetched(ctx context.Context, n int, b *binding) {
+	if n > 0 {
+		x.fetchedC.Add(ctx, int64(n), metric.WithAttributes(attribute.String("topic", b.topic), attribute.String("group", b.group)))
+	}
+}
+
+func (x *metrics) emitted(ctx context.Context)      { x.emittedC.Add(ctx, 1) }
+func (x *metrics) decodeFailed(ctx context.Context) { x.decodeC.Add(ctx, 1) }
+
+func (x *metrics) receiveLatency(ctx context.Context, d time.Duration) {
+	x.receiveH.Record(ctx, d.Seconds())
+}
+
+func (x *metrics) ackBatch(ctx context.Context, n int) { x.ackBatchH.Record(ctx, int64(n)) }
+
+func (x *metrics) acked(ctx context.Context, err error) {
+	x.acksC.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", ackOutcome(err))))
+}
+
+func ackOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, client.ErrInvalidReceiptHandle):
+		return "invalid_handle"
+	default:
+		return "failed"
+	}
+}
+
+func (x *metrics) deferred(ctx context.Context, reason string) {
+	x.defersC.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+}
+
+func (x *metrics) renewed(ctx context.Context, kind string, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "failed"
+	}
+	x.renewalsC.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", outcome)))
+}
+
+func (x *metrics) sent(ctx context.Context, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "failed"
+	}
+	x.sendsC.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+}

@@ -1,0 +1,196 @@
+package rmqflow
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/rmqflow/rmqflow/client"
+)
+
+type loggerLike = *slog.Logger
+
+// entry is one fetched message waiting in the queue.
+type entry struct {
+	msg        *client.ReceivedMessage
+	bind       *binding
+	receivedAt time.Time
+
+	mu        sync.Mutex // held while the entry is renewed or taken
+	handle    string     // newest receipt handle
+	visibleAt time.Time  // when the invisibility ends (local clock)
+	taken     bool
+}
+
+// queue is the source's bounded FIFO. Fetchers reserve room for a whole batch
+// before polling, so the queue never holds more than its capacity and a full
+// queue stops receiving.
+type queue struct {
+	mu       sync.Mutex
+	items    []*entry
+	reserved int
+	cap      int
+	closed   bool
+	drain    bool
+	notEmpty chan struct{} // closed and replaced when items arrive
+	notFull  chan struct{} // closed and replaced when room appears
+}
+
+func newQueue(capacity int) *queue {
+	return &queue{cap: capacity, notEmpty: make(chan struct{}), notFull: make(chan struct{})}
+}
+
+// reserve waits until n slots are free and reserves them.
+func (q *queue) reserve(ctx context.Context, n int) bool {
+	for {
+		q.mu.Lock()
+		if q.closed || q.drain {
+			q.mu.Unlock()
+			return false
+		}
+		if len(q.items)+q.reserved+n <= q.cap {
+			q.reserved += n
+			q.mu.Unlock()
+			return true
+		}
+		wait := q.notFull
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-wait:
+		}
+	}
+}
+
+// put adds es and frees the reservation of n slots taken for them. Entries
+// that arrive after close are still queued so that close returns them for
+// release.
+func (q *queue) put(es []*entry, n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.reserved -= n
+	if len(es) == 0 {
+		q.wakeFull()
+		return
+	}
+	q.items = append(q.items, es...)
+	close(q.notEmpty)
+	q.notEmpty = make(chan struct{})
+	if len(es) < n {
+		q.wakeFull()
+	}
+}
+
+func (q *queue) wakeFull() {
+	close(q.notFull)
+	q.notFull = make(chan struct{})
+}
+
+// take pops the head, waiting for one.
+func (q *queue) take(ctx context.Context) (*entry, error) {
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return nil, ErrSourceClosed
+		}
+		if len(q.items) > 0 {
+			e := q.items[0]
+			q.items[0] = nil
+			q.items = q.items[1:]
+			q.wakeFull()
+			q.mu.Unlock()
+			e.mu.Lock()
+			e.taken = true
+			e.mu.Unlock()
+			return e, nil
+		}
+		if q.drain {
+			q.mu.Unlock()
+			return nil, ErrSourceClosed
+		}
+		wait := q.notEmpty
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wait:
+		}
+	}
+}
+
+// due returns the queued entries whose invisibility ends before t.
+func (q *queue) due(t time.Time) []*entry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []*entry
+	for _, e := range q.items {
+		e.mu.Lock()
+		if e.visibleAt.Before(t) {
+			out = append(out, e)
+		}
+		e.mu.Unlock()
+	}
+	return out
+}
+
+func (q *queue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+// closeWhenEmpty stops new reservations; take returns ErrSourceClosed once the
+// queue is empty.
+func (q *queue) closeWhenEmpty() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.drain = true
+	close(q.notEmpty)
+	q.notEmpty = make(chan struct{})
+	q.wakeFull()
+}
+
+// close empties the queue and returns what it held.
+func (q *queue) close() []*entry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	left := q.items
+	q.items = nil
+	close(q.notEmpty)
+	q.notEmpty = make(chan struct{})
+	q.wakeFull()
+	return left
+}
+
+// sleepCtx sleeps d or until ctx ends; it reports whether d elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// backoff doubles from min to max with up to 25% jitter.
+type backoff struct{ min, max, cur time.Duration }
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	return b.cur - time.Duration(rand.Int64N(int64(b.cur/4)+1))
+}
+
+func (b *backoff) reset() { b.cur = 0 }

@@ -1,0 +1,293 @@
+package rmqflow
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rmqflow/rmqflow/client"
+)
+
+// Defaults of SinkConfig.
+const (
+	DefaultSinkMaxAttempts = 3
+	DefaultSinkConcurrency = 4
+	DefaultSinkBatchSize   = 32
+	DefaultSinkLinger      = 5 * time.Millisecond
+)
+
+// SinkConfig configures a Sink.
+type SinkConfig struct {
+	Connection
+	// Topic is the destination topic (the LITE main topic for lite
+	// records). Required.
+	Topic string
+	// LiteTopic is the lite topic of records that name none. Empty: records
+	// without a lite topic are normal messages.
+	LiteTopic string
+	// MaxAttempts bounds the tries of a record that fails with a retriable
+	// error. Default 3.
+	MaxAttempts int
+	// Concurrency is the most SendMessage calls in flight. Default 4.
+	Concurrency int
+	// BatchSize caps the records of one SendMessage (lite records always go
+	// one per call; docs/broker-semantics.md, scenario k). Default 32.
+	BatchSize int
+	// Linger is how long a record waits for others to share its call.
+	// Default 5 ms.
+	Linger time.Duration
+}
+
+func (c SinkConfig) withDefaults() SinkConfig {
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultSinkMaxAttempts
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultSinkConcurrency
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultSinkBatchSize
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultSinkLinger
+	}
+	return c
+}
+
+func (c SinkConfig) validate() error {
+	if err := c.Connection.validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Topic == "":
+		return optionError("Topic", "required")
+	case c.MaxAttempts < 0:
+		return optionError("MaxAttempts", "must not be negative")
+	case c.Concurrency < 0:
+		return optionError("Concurrency", "must not be negative")
+	case c.BatchSize < 0:
+		return optionError("BatchSize", "must not be negative")
+	case c.Linger < 0:
+		return optionError("Linger", "must not be negative")
+	}
+	return nil
+}
+
+// Record is one message for a Sink.
+type Record struct {
+	// LiteTopic overrides SinkConfig.LiteTopic for this record.
+	LiteTopic    string
+	Tag          string
+	Keys         []string
+	Properties   map[string]string
+	MessageGroup string
+	DeliveryTime time.Time
+	Body         []byte
+}
+
+// SendFuture is the pending result of Sink.Write.
+type SendFuture struct {
+	done chan struct{}
+	id   string
+	err  error
+}
+
+// Done is closed when the result is known.
+func (f *SendFuture) Done() <-chan struct{} { return f.done }
+
+// Result returns the message id or the error (for instance one satisfying
+// errors.Is(err, client.ErrIllegalLiteTopic)); valid after Done.
+func (f *SendFuture) Result() (string, error) { return f.id, f.err }
+
+// Wait waits for the result or ctx.
+func (f *SendFuture) Wait(ctx context.Context) (string, error) {
+	select {
+	case <-f.done:
+		return f.id, f.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// ErrSinkClosed is the result of writes after Close.
+var ErrSinkClosed = errors.New("rmqflow: sink closed")
+
+// Sink produces records to one topic with batching, bounded concurrency and
+// retries. Errors are per record; one bad record never fails another.
+type Sink struct {
+	cfg     SinkConfig
+	c       *client.Client
+	metrics *metrics
+
+	mu      sync.Mutex
+	closed  bool
+	in      chan pendingSend
+	pending sync.WaitGroup
+	workers sync.WaitGroup
+}
+
+type pendingSend struct {
+	msg *client.Message
+	f   *SendFuture
+}
+
+// NewSink connects a producer session and starts the senders.
+func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	c, err := client.New(cfg.clientConfig())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.OpenSession(ctx, client.SessionConfig{Type: client.Producer, Topics: []string{cfg.Topic}}); err != nil {
+		_ = c.Close(ctx)
+		return nil, err
+	}
+	s := &Sink{cfg: cfg, c: c, metrics: newMetrics(cfg.Meter), in: make(chan pendingSend, cfg.BatchSize*cfg.Concurrency)}
+	for i := 0; i < cfg.Concurrency; i++ {
+		s.workers.Add(1)
+		go func() {
+			defer s.workers.Done()
+			s.worker()
+		}()
+	}
+	return s, nil
+}
+
+// Write queues rec and returns its future; it blocks only while the queue is
+// full (bounded by ctx).
+func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
+	f := &SendFuture{done: make(chan struct{})}
+	m := &client.Message{Topic: s.cfg.Topic, LiteTopic: rec.LiteTopic, Tag: rec.Tag, Keys: rec.Keys,
+		Properties: rec.Properties, MessageGroup: rec.MessageGroup, DeliveryTime: rec.DeliveryTime, Body: rec.Body}
+	if m.LiteTopic == "" {
+		m.LiteTopic = s.cfg.LiteTopic
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		f.err = ErrSinkClosed
+		close(f.done)
+		return f
+	}
+	s.pending.Add(1)
+	s.mu.Unlock()
+	select {
+	case s.in <- pendingSend{msg: m, f: f}:
+	case <-ctx.Done():
+		f.err = ctx.Err()
+		close(f.done)
+		s.pending.Done()
+	}
+	return f
+}
+
+// Send writes recs and waits for all their results, in order.
+func (s *Sink) Send(ctx context.Context, recs ...Record) ([]string, []error) {
+	fs := make([]*SendFuture, len(recs))
+	for i, r := range recs {
+		fs[i] = s.Write(ctx, r)
+	}
+	ids, errs := make([]string, len(recs)), make([]error, len(recs))
+	for i, f := range fs {
+		ids[i], errs[i] = f.Wait(ctx)
+	}
+	return ids, errs
+}
+
+// Flush waits until every record written so far has its result, or ctx ends.
+func (s *Sink) Flush(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		s.pending.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close flushes (bounded by ctx), stops the senders and closes the producer.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	err := s.Flush(ctx)
+	close(s.in)
+	s.workers.Wait()
+	return errors.Join(err, s.c.Close(ctx))
+}
+
+func (s *Sink) worker() {
+	batch := make([]pendingSend, 0, s.cfg.BatchSize)
+	for first := range s.in {
+		batch = append(batch[:0], first)
+		timer := time.NewTimer(s.cfg.Linger)
+	collect:
+		for len(batch) < s.cfg.BatchSize {
+			select {
+			case p, ok := <-s.in:
+				if !ok {
+					break collect
+				}
+				batch = append(batch, p)
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+		s.send(batch)
+	}
+}
+
+// send sends one batch, retrying the records that failed retriably.
+func (s *Sink) send(batch []pendingSend) {
+	ctx := context.Background()
+	todo := batch
+	bo := newBackoff(50*time.Millisecond, 2*time.Second)
+	for attempt := 1; len(todo) > 0; attempt++ {
+		msgs := make([]*client.Message, len(todo))
+		for i, p := range todo {
+			msgs[i] = p.msg
+		}
+		res, err := s.c.Send(ctx, msgs...)
+		if err != nil && len(todo) > 1 && !client.IsRetriable(err) {
+			// One bad record fails a whole request: isolate it by sending
+			// each record on its own.
+			for _, p := range todo {
+				s.send([]pendingSend{p})
+			}
+			return
+		}
+		var retry []pendingSend
+		for i, p := range todo {
+			e := err
+			var id string
+			if e == nil {
+				id, e = res[i].MessageID, res[i].Err
+			}
+			if e != nil && client.IsRetriable(e) && attempt < s.cfg.MaxAttempts {
+				retry = append(retry, p)
+				continue
+			}
+			s.metrics.sent(ctx, e)
+			p.f.id, p.f.err = id, e
+			close(p.f.done)
+			s.pending.Done()
+		}
+		todo = retry
+		if len(todo) > 0 {
+			time.Sleep(bo.next())
+		}
+	}
+}
