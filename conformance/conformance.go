@@ -45,7 +45,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."k", as in docs/broker-semantics.md
+	ID   string // "a".."l", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -63,6 +63,7 @@ var Scenarios = []Scenario{
 	{"i", "Limits", Limits},
 	{"j", "AckOnlyClient", AckOnlyClient},
 	{"k", "BatchSendOfLiteMessages", BatchSendOfLiteMessages},
+	{"l", "ReleaseWithZeroInvisibleDuration", ReleaseWithZeroInvisibleDuration},
 }
 
 // Env gives scenarios clients bound to the target.
