@@ -215,7 +215,7 @@ func (p *AckPool) ChangeInvisibleDuration(ctx context.Context, h ReceiptHandle, 
 	if err != nil {
 		return h, err
 	}
-	if err := ac.ensureSession(ctx); err != nil {
+	if err := ac.ensureSession(ctx, h.Topic); err != nil {
 		return h, err
 	}
 	nh, err := ac.c.ChangeInvisibleDuration(ctx, client.ChangeInvisibleRequest{
@@ -236,13 +236,17 @@ type ackClient struct {
 	session     bool
 }
 
-func (a *ackClient) ensureSession(ctx context.Context) error {
+// ensureSession opens the producer session ChangeInvisibleDuration needs. The
+// proxy registers the client's channel only for a producer that names a
+// topic, so it names the topic of the first handle; one channel serves every
+// topic and group.
+func (a *ackClient) ensureSession(ctx context.Context, topic string) error {
 	a.sessionOnce.Lock()
 	defer a.sessionOnce.Unlock()
 	if a.session {
 		return nil
 	}
-	if _, err := a.c.OpenSession(ctx, client.SessionConfig{Type: client.Producer}); err != nil {
+	if _, err := a.c.OpenSession(ctx, client.SessionConfig{Type: client.Producer, Topics: []string{topic}}); err != nil {
 		return err
 	}
 	a.session = true

@@ -103,9 +103,10 @@ type Runner[T any] struct {
 	throttle *Throttle[T]
 }
 
-// SetThrottle makes the runner pass every message its handler acks through t
-// (whose policy may defer it instead, within its safety valves). Call it
-// before Run.
+// SetThrottle makes the runner admit every message through t before its
+// handler (Throttle.Admit): a message the policy defers is deferred and never
+// reaches the handler, so a hot lite topic cannot take the workers from the
+// others. Call it before Run.
 func (r *Runner[T]) SetThrottle(t *Throttle[T]) { r.throttle = t }
 
 // NewRunner builds a runner over src (not yet started).
@@ -273,9 +274,18 @@ func (d *dispatcher[T]) work(ctx context.Context) {
 
 func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) {
 	r := d.r
-	dec, err := r.handle(ctx, m)
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
+	if r.throttle != nil {
+		admitted, err := r.throttle.Admit(actx, m)
+		if err != nil {
+			r.src.log.Warn("rmqflow: throttle could not defer a message", "handle", m.Handle.String(), "err", err)
+		}
+		if !admitted {
+			return
+		}
+	}
+	dec, err := r.handle(ctx, m)
 	if err != nil {
 		if r.cfg.OnError == ErrorLeave {
 			return
@@ -283,10 +293,10 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) {
 		dec = Defer(r.cfg.ErrorBackoffFor(m.Meta.DeliveryAttempt), "handler-error")
 	}
 	switch {
+	case dec.settled:
+		return
 	case dec.Defer > 0:
 		_, err = d.acker.ChangeInvisibleDuration(actx, m.Handle, dec.Defer)
-	case r.throttle != nil:
-		_, err = r.throttle.Process(actx, m)
 	default:
 		err = d.acker.Ack(actx, m.Handle)
 	}

@@ -197,6 +197,15 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	}
 	s.q = newQueue(perBinding * len(s.binds))
 	s.metrics.observeQueue(s.q.len)
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: cfg.Connection})
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	s.acker = &Acker{pool: pool}
+	if cfg.Leases.Enabled {
+		s.acker.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool, s.log, s.metrics)
+	}
 	return s, nil
 }
 
@@ -228,18 +237,7 @@ func (s *Source[T]) Start(ctx context.Context) error {
 			return fmt.Errorf("rmqflow: source %s/%s: %w", b.topic, b.group, err)
 		}
 	}
-	pool, err := AcquireAckPool(AckPoolConfig{Connection: s.cfg.Connection})
-	if err != nil {
-		s.closeClients(ctx)
-		return err
-	}
-	s.pool = pool
-	var leases *leaseTable
-	if s.cfg.Leases.Enabled {
-		leases = newLeaseTable(s.cfg.Leases, s.cfg.InvisibleDuration, s.cfg.RenewalAheadTime, pool, s.log, s.metrics)
-	}
-	s.acker = &Acker{pool: pool, leases: leases}
-
+	leases := s.acker.leases
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	for _, b := range s.binds {
@@ -269,7 +267,9 @@ func (s *Source[T]) Start(ctx context.Context) error {
 }
 
 // Acker returns the acker bound to this source's ack pool (and lease table,
-// when leases are on). It is valid after Start and until Close.
+// when leases are on). It works from NewSource on, and its acks keep working
+// after Close for as long as another holder keeps the pool (AcquireAckPool
+// with the same Connection).
 func (s *Source[T]) Acker() *Acker { return s.acker }
 
 // fetch is one long-polling goroutine of one binding.
@@ -398,6 +398,7 @@ func (s *Source[T]) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if !started {
+		s.pool.Release(ctx)
 		return nil
 	}
 	s.wg.Wait()
@@ -407,9 +408,7 @@ func (s *Source[T]) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.closeClients(ctx)
-	if s.pool != nil {
-		s.pool.Release(ctx)
-	}
+	s.pool.Release(ctx)
 	return errors.Join(errs...)
 }
 

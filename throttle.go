@@ -14,10 +14,16 @@ type Decision struct {
 	Defer time.Duration
 	// Reason labels a deferral in logs and metrics.
 	Reason string
+	// settled: the message was already acked or deferred by its handler.
+	settled bool
 }
 
 // Ack is the decision to ack.
 func Ack() Decision { return Decision{} }
+
+// Settled tells a Runner that the handler acked or deferred the message
+// itself (for instance through Throttle.Process), so the runner does nothing.
+func Settled() Decision { return Decision{settled: true} }
 
 // Defer is the decision to defer by d (for a reason shown in metrics).
 func Defer(d time.Duration, reason string) Decision { return Decision{Defer: d, Reason: reason} }
