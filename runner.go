@@ -308,17 +308,14 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) {
 // releaseBuffered gives back the messages the runner holds but has not
 // started, at once.
 func (d *dispatcher[T]) releaseBuffered(ctx context.Context) error {
+	// The keys map holds only messages no worker has started: a worker pops
+	// a message before it runs it. Take them all; a worker that later picks
+	// an emptied key finds nothing and marks it idle.
 	d.mu.Lock()
 	var left []*AckableMessage[T]
 	for k, q := range d.keys {
-		// The head of a busy key may be running; its worker finishes it.
-		if d.busy[k] && len(q) > 0 {
-			left = append(left, q[1:]...)
-			d.keys[k] = q[:1]
-			continue
-		}
 		left = append(left, q...)
-		delete(d.keys, k)
+		d.keys[k] = nil
 	}
 	d.mu.Unlock()
 	var errs []error
