@@ -1,5 +1,5 @@
 # rmqflow: `make test` is the one command that runs all tests.
-.PHONY: test unit rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
+.PHONY: test unit bench rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
 
 # Every test, against a real RocketMQ that this starts (and stops) itself.
 test:
@@ -8,6 +8,11 @@ test:
 # Only the tests that need no broker (real-broker tests are skipped, loudly).
 unit:
 	RMQFLOW_SKIP_REAL_BROKER=1 go test -count=1 ./...
+
+# The benchmark harness: rmqflow against the official Go client on the real
+# broker, ratios printed (see bench/).
+bench:
+	scripts/with-broker.sh sh -c 'cd bench && RMQFLOW_BENCH=1 go test -count=1 -run "TestCompare|TestRSS" -v -timeout 30m ./... | grep -v "^=== "'
 
 # Start (idempotent) / stop the real broker by hand; `up` prints the endpoint.
 rocketmq-up:

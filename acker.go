@@ -45,3 +45,6 @@ func (a *Acker) current(h ReceiptHandle, release bool) ReceiptHandle {
 	}
 	return a.leases.take(h, release)
 }
+
+// Stats returns the counters of the acker's pool.
+func (a *Acker) Stats() AckPoolStats { return a.pool.Stats() }

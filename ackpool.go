@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
@@ -87,6 +88,7 @@ type AckPool struct {
 	key     string
 	cfg     AckPoolConfig
 	metrics *metrics
+	stats   poolStats
 
 	mu       sync.Mutex
 	refs     int
@@ -218,6 +220,7 @@ func (p *AckPool) ChangeInvisibleDuration(ctx context.Context, h ReceiptHandle, 
 	if err := ac.ensureSession(ctx, h.Topic); err != nil {
 		return h, err
 	}
+	p.stats.cid.Add(1)
 	nh, err := ac.c.ChangeInvisibleDuration(ctx, client.ChangeInvisibleRequest{
 		Group: h.Group, Topic: h.Topic, MessageID: h.MessageID, ReceiptHandle: h.Handle,
 		LiteTopic: h.LiteTopic, InvisibleDuration: d,
@@ -227,6 +230,28 @@ func (p *AckPool) ChangeInvisibleDuration(ctx context.Context, h ReceiptHandle, 
 	}
 	h.Handle = nh
 	return h, nil
+}
+
+// AckPoolStats counts what a pool did since it was created.
+type AckPoolStats struct {
+	// Acks is the number of acks completed (any outcome).
+	Acks int64
+	// AckRPCs is the number of AckMessage RPCs sent, retries included.
+	AckRPCs int64
+	// InvalidHandles is the number of acks the broker refused as expired.
+	InvalidHandles int64
+	// ChangeInvisible is the number of ChangeInvisibleDuration RPCs.
+	ChangeInvisible int64
+}
+
+type poolStats struct {
+	acks, rpcs, invalid, cid atomic.Int64
+}
+
+// Stats returns the pool's counters.
+func (p *AckPool) Stats() AckPoolStats {
+	return AckPoolStats{Acks: p.stats.acks.Load(), AckRPCs: p.stats.rpcs.Load(),
+		InvalidHandles: p.stats.invalid.Load(), ChangeInvisible: p.stats.cid.Load()}
 }
 
 // ackClient is one connection of the pool.
@@ -303,7 +328,7 @@ func (p *AckPool) batcher(h ReceiptHandle) (*batcher, error) {
 	if b, ok := p.batchers[k]; ok {
 		return b, nil
 	}
-	b := &batcher{key: k, c: ac.c, cfg: p.cfg, metrics: p.metrics, in: make(chan ackReq, p.cfg.MaxBatch*4)}
+	b := &batcher{key: k, c: ac.c, cfg: p.cfg, metrics: p.metrics, stats: &p.stats, in: make(chan ackReq, p.cfg.MaxBatch*4)}
 	p.batchers[k] = b
 	p.wg.Add(1)
 	go func() {

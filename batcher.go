@@ -22,6 +22,7 @@ type batcher struct {
 	c       *client.Client
 	cfg     AckPoolConfig
 	metrics *metrics
+	stats   *poolStats
 
 	mu     sync.RWMutex
 	closed bool
@@ -107,6 +108,7 @@ func (b *batcher) flush(batch []ackReq) {
 		err error
 	)
 	for attempt := 1; ; attempt++ {
+		b.stats.rpcs.Add(1)
 		res, err = b.c.Ack(ctx, b.key.group, b.key.topic, entries)
 		if err == nil || attempt >= b.cfg.MaxAttempts || !client.IsRetriable(err) {
 			break
@@ -119,7 +121,9 @@ func (b *batcher) flush(batch []ackReq) {
 			e = res[i].Err
 		}
 		b.metrics.acked(ctx, e)
+		b.stats.acks.Add(1)
 		if e != nil && errors.Is(e, client.ErrInvalidReceiptHandle) {
+			b.stats.invalid.Add(1)
 			b.cfg.logger().Info("rmqflow: ack of an expired receipt handle; the message will be delivered again",
 				"handle", r.h.String())
 		}

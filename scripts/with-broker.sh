@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs a command with a real RocketMQ up: starts it when none runs (and stops
+# it afterwards), exports RMQFLOW_ENDPOINT, and prints the broker's logs when
+# the command fails. Used by scripts/test.sh and `make bench`.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+started=0
+if ! scripts/rocketmq.sh status >/dev/null 2>&1; then
+  started=1
+fi
+finish() {
+  rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "failed (exit $rc); RocketMQ logs follow" >&2
+    scripts/rocketmq.sh logs || true
+  fi
+  if [ "$started" = 1 ]; then
+    scripts/rocketmq.sh down || true
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+
+scripts/rocketmq.sh up
+export RMQFLOW_ENDPOINT="127.0.0.1:${RMQ_GRPC_PORT:-18081}"
+unset RMQFLOW_SKIP_REAL_BROKER
+"$@"
