@@ -57,9 +57,21 @@ func TestSinkPerRecordErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = src.Acker().Ack(ctx, m.Handle)
 		if ofRun(run, m) {
 			got[m.Value] = m
+			// A real handle under a group that does not exist fails with a
+			// typed error and leaves the message unacked.
+			wrong := m.Handle
+			wrong.Group = "rmqflow-no-such-group"
+			var se *client.StatusError
+			if err := src.Acker().Ack(ctx, wrong); !errors.As(err, &se) {
+				t.Errorf("ack under an unknown group: %v, want a StatusError", err)
+			} else {
+				t.Logf("ack under an unknown group: %v", err)
+			}
+		}
+		if err := src.Acker().Ack(ctx, m.Handle); err != nil {
+			t.Errorf("ack: %v", err)
 		}
 	}
 	d := got["default"]

@@ -45,7 +45,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."l", as in docs/broker-semantics.md
+	ID   string // "a".."m", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -64,6 +64,7 @@ var Scenarios = []Scenario{
 	{"j", "AckOnlyClient", AckOnlyClient},
 	{"k", "BatchSendOfLiteMessages", BatchSendOfLiteMessages},
 	{"l", "ReleaseWithZeroInvisibleDuration", ReleaseWithZeroInvisibleDuration},
+	{"m", "BacklogBeforeSubscription", BacklogBeforeSubscription},
 }
 
 // Env gives scenarios clients bound to the target.
