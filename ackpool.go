@@ -135,6 +135,11 @@ func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
 func (p *AckPool) Release(ctx context.Context) {
 	poolsMu.Lock()
 	p.mu.Lock()
+	if p.refs == 0 {
+		p.mu.Unlock()
+		poolsMu.Unlock()
+		return // released more often than acquired: nothing left to do
+	}
 	p.refs--
 	last := p.refs == 0
 	if last {

@@ -139,7 +139,7 @@ func (c RunnerConfig) ErrorBackoffFor(attempt int32) time.Duration {
 // clean shutdown, or the error that stopped it.
 func (r *Runner[T]) Run(ctx context.Context) error {
 	if err := r.src.Start(ctx); err != nil {
-		return err
+		return errors.Join(err, r.src.Close(context.WithoutCancel(ctx)))
 	}
 	acker := r.src.Acker()
 	d := &dispatcher[T]{r: r, acker: acker, buffered: make(chan struct{}, r.cfg.Concurrency*4)}

@@ -211,7 +211,8 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 
 // Start opens one consumer session per binding (a lite source keeps its
 // wildcard subscription fresh) and starts the fetch and renewal goroutines.
-// ctx bounds the start only; stop the source with Close or Drain.
+// ctx bounds the start only; stop the source with Close or Drain. Close the
+// source even when Start fails: it holds a reference to the ack pool.
 func (s *Source[T]) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.started {
