@@ -1,0 +1,26 @@
+package conformance_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/rmqflow/rmqflow/conformance"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+// TestFake runs every scenario against rmqfake, the embedded emulator, with
+// the fixtures the real broker gets (scripts/rocketmq/fixtures.txt) and the
+// real clock: the scenarios are the same, unchanged.
+func TestFake(t *testing.T) {
+	f, err := os.Open("../scripts/rocketmq/fixtures.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fixtures, err := rmqfake.ParseFixtures(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rmqfake.NewForTest(t, rmqfake.WithFixtures(fixtures...))
+	conformance.Run(t, conformance.Target{Name: "rmqfake", Endpoint: s.Addr()})
+}

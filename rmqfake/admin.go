@@ -1,0 +1,170 @@
+package rmqfake
+
+import (
+	"fmt"
+	"strings"
+)
+
+// defaultRetryMax is a group's retry count unless told otherwise (the
+// broker's retryMaxTimes default).
+const defaultRetryMax = 16
+
+// TopicOption configures CreateTopic.
+type TopicOption interface{ applyTopic(*topicConfig) }
+
+// GroupOption configures CreateGroup.
+type GroupOption interface{ applyGroup(*groupConfig) }
+
+// ResourceOption configures both topics and groups.
+type ResourceOption interface {
+	TopicOption
+	GroupOption
+}
+
+type topicConfig struct {
+	queues int
+	ns     string
+}
+
+type groupConfig struct {
+	retryMax int
+	bind     string
+	wildcard bool
+	fifo     bool
+	ns       string
+}
+
+type topicOpt func(*topicConfig)
+
+func (f topicOpt) applyTopic(c *topicConfig) { f(c) }
+
+type groupOpt func(*groupConfig)
+
+func (f groupOpt) applyGroup(c *groupConfig) { f(c) }
+
+type nsOpt string
+
+func (n nsOpt) applyTopic(c *topicConfig) { c.ns = string(n) }
+func (n nsOpt) applyGroup(c *groupConfig) { c.ns = string(n) }
+
+// Queues sets how many queues a topic has (default 4). Lite topics of a LITE
+// main topic always have one queue each.
+func Queues(n int) TopicOption { return topicOpt(func(c *topicConfig) { c.queues = n }) }
+
+// InNamespace creates the topic or group in namespace ns (clients select it
+// with Config.Namespace: Resource.resource_namespace and x-mq-namespace).
+func InNamespace(ns string) ResourceOption { return nsOpt(ns) }
+
+// RetryMax sets how often a group's message is redelivered before it goes to
+// the group's DLQ (%DLQ%<group>); the default is 16. Clients are told
+// max_attempts = n+1.
+func RetryMax(n int) GroupOption { return groupOpt(func(c *groupConfig) { c.retryMax = n }) }
+
+// LiteBind binds a group to a LITE main topic (lite.bind.topic): only lite
+// consumers (LITE_PUSH_CONSUMER) may then use it.
+func LiteBind(mainTopic string) GroupOption {
+	return groupOpt(func(c *groupConfig) { c.bind = mainTopic })
+}
+
+// Wildcard makes a lite group receive every lite topic of its main topic
+// (lite.sub.wildcard=true) once a client syncs COMPLETE_ADD.
+func Wildcard() GroupOption { return groupOpt(func(c *groupConfig) { c.wildcard = true }) }
+
+// FIFO makes a group consume each queue in order (consumeMessageOrderly).
+func FIFO() GroupOption { return groupOpt(func(c *groupConfig) { c.fifo = true }) }
+
+// CreateTopic creates a topic of the given type. Creating an existing topic
+// with the same type is a no-op; another type is an error.
+func (s *Server) CreateTopic(name string, typ TopicType, opts ...TopicOption) error {
+	var c topicConfig
+	for _, o := range opts {
+		o.applyTopic(&c)
+	}
+	if f := checkTopic(name); f != nil {
+		return fmt.Errorf("rmqfake: CreateTopic: %s", f.msg)
+	}
+	if strings.HasPrefix(name, retryPrefix) {
+		return fmt.Errorf("rmqfake: CreateTopic %q: retry topics are internal", name)
+	}
+	if _, ok := ParseTopicType(typ.String()); !ok {
+		return fmt.Errorf("rmqfake: CreateTopic %q: unknown type %d", name, typ)
+	}
+	if c.queues < 0 {
+		return fmt.Errorf("rmqfake: CreateTopic %q: negative queue count", name)
+	}
+	k := resKey{ns: c.ns, name: name}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t := b.topics[k]; t != nil {
+		if t.typ != typ {
+			return fmt.Errorf("rmqfake: CreateTopic %q: exists as a %s topic", k, t.typ)
+		}
+		return nil
+	}
+	b.newTopic(k, typ, c.queues)
+	return nil
+}
+
+// CreateGroup creates a consumer group, or updates an existing one.
+func (s *Server) CreateGroup(name string, opts ...GroupOption) error {
+	c := groupConfig{retryMax: defaultRetryMax}
+	for _, o := range opts {
+		o.applyGroup(&c)
+	}
+	if f := checkGroup(name); f != nil {
+		return fmt.Errorf("rmqfake: CreateGroup: %s", f.msg)
+	}
+	if c.retryMax < 0 {
+		return fmt.Errorf("rmqfake: CreateGroup %q: negative RetryMax", name)
+	}
+	if c.wildcard && c.bind == "" {
+		return fmt.Errorf("rmqfake: CreateGroup %q: Wildcard needs LiteBind", name)
+	}
+	if c.bind != "" && c.fifo {
+		return fmt.Errorf("rmqfake: CreateGroup %q: a lite group cannot be FIFO (lite topics are always ordered)", name)
+	}
+	k := resKey{ns: c.ns, name: name}
+	b := s.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if g := b.groups[k]; g != nil {
+		if g.fifo != c.fifo && len(g.topics) > 0 {
+			return fmt.Errorf("rmqfake: CreateGroup %q: cannot change FIFO after the group consumed", name)
+		}
+		b.configureGroup(g, c)
+		return nil
+	}
+	b.newGroup(k, c)
+	return nil
+}
+
+// restart forgets sessions and in-flight state as a broker restart does.
+// Call it with b.mu held.
+func (b *broker) restart() {
+	clear(b.sessions)
+	for _, t := range b.topics {
+		for _, gt := range t.consumers {
+			for _, d := range gt.inflight {
+				for len(d.cks) > 0 {
+					ck := d.cks[0]
+					b.stop(ck.timer)
+					b.revive(gt, d, ck)
+				}
+			}
+			for i, o := range gt.ord {
+				b.stop(o.timer)
+				*o = ordered{committed: o.committed}
+				b.trimQueue(t, i)
+			}
+		}
+		for _, lq := range t.lite {
+			for _, c := range lq.cursors {
+				b.stop(c.ord.timer)
+				c.ord = ordered{committed: c.ord.committed}
+				b.liteReady(c)
+			}
+		}
+		b.wake(t)
+	}
+}

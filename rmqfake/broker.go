@@ -1,0 +1,314 @@
+package rmqfake
+
+import (
+	"sync"
+	"time"
+)
+
+// broker is the state of the emulated proxy and broker. One mutex guards all
+// of it: every operation is short, and nothing blocks while holding it.
+type broker struct {
+	mu    sync.Mutex
+	clock Clock
+	auto  bool
+	// fastDispatch skips the full-dispatch delay for lite backlogs.
+	fastDispatch bool
+	start        int64 // ms, when the server started (dispatch scans count from it)
+	// restarting is set while Restart cuts connections, so that dropped
+	// Telemetry streams keep their lite subscriptions.
+	restarting bool
+	seq        uint64 // message sequence (commit-log offset analogue)
+	ckSeq      uint64 // checkpoint sequence
+	topics     map[resKey]*topic
+	groups     map[resKey]*group
+	sessions   map[string]*session // by client id
+	liteSubs   map[string]*liteSub // by client id
+	timers     map[*btimer]struct{}
+	closed     bool
+
+	pollers  int
+	pollerCh chan struct{} // closed and replaced when pollers changes
+}
+
+func newBroker(c Clock, auto, fastDispatch bool) *broker {
+	return &broker{
+		clock:        c,
+		auto:         auto,
+		fastDispatch: fastDispatch,
+		start:        c.Now().UnixMilli(),
+		topics:       map[resKey]*topic{},
+		groups:       map[resKey]*group{},
+		sessions:     map[string]*session{},
+		liteSubs:     map[string]*liteSub{},
+		timers:       map[*btimer]struct{}{},
+		pollerCh:     make(chan struct{}),
+	}
+}
+
+func (b *broker) nowMS() int64 { return b.clock.Now().UnixMilli() }
+
+// btimer is a broker timer: its function runs with b.mu held, unless the
+// timer was stopped (under b.mu) first or the broker is closed.
+type btimer struct {
+	t    Timer
+	dead bool
+}
+
+// after runs f with b.mu held at time at (ms on the broker's clock). Call it
+// with b.mu held.
+func (b *broker) after(at int64, f func()) *btimer {
+	t := &btimer{}
+	d := time.Duration(at-b.nowMS()) * time.Millisecond
+	b.timers[t] = struct{}{}
+	t.t = b.clock.AfterFunc(d, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if t.dead || b.closed {
+			return
+		}
+		t.dead = true
+		delete(b.timers, t)
+		f()
+	})
+	return t
+}
+
+// stop cancels t (nil is fine). Call it with b.mu held.
+func (b *broker) stop(t *btimer) {
+	if t == nil || t.dead {
+		return
+	}
+	t.dead = true
+	delete(b.timers, t)
+	t.t.Stop()
+}
+
+// close stops every timer and wakes every long poll. Call it with b.mu held.
+func (b *broker) close() {
+	b.closed = true
+	for t := range b.timers {
+		t.dead = true
+		t.t.Stop()
+	}
+	clear(b.timers)
+	for _, t := range b.topics {
+		b.wake(t)
+	}
+}
+
+func (b *broker) wake(t *topic) {
+	for w := range t.waiters {
+		w.wake()
+	}
+}
+
+func (b *broker) park(t *topic, w *waiter) {
+	if t.waiters == nil {
+		t.waiters = map[*waiter]struct{}{}
+	}
+	t.waiters[w] = struct{}{}
+	b.pollers++
+	b.notifyPollers()
+}
+
+func (b *broker) unpark(t *topic, w *waiter) {
+	if _, ok := t.waiters[w]; !ok {
+		return
+	}
+	delete(t.waiters, w)
+	b.pollers--
+	b.notifyPollers()
+}
+
+func (b *broker) notifyPollers() {
+	close(b.pollerCh)
+	b.pollerCh = make(chan struct{})
+}
+
+// defaultQueues is how many queues a topic gets unless told otherwise (the
+// fixtures of scripts/rocketmq show 4 per topic on the real broker).
+const defaultQueues = 4
+
+func (b *broker) newTopic(k resKey, typ TopicType, queues int) *topic {
+	if queues <= 0 {
+		queues = defaultQueues
+	}
+	t := &topic{key: k, typ: typ, consumers: map[*group]*groupTopic{}}
+	for i := 0; i < queues; i++ {
+		t.queues = append(t.queues, &queue{id: int32(i)})
+	}
+	if typ == TopicLite {
+		t.lite = map[string]*liteQueue{}
+	}
+	b.topics[k] = t
+	return t
+}
+
+func (b *broker) newGroup(k resKey, cfg groupConfig) *group {
+	g := &group{key: k, topics: map[*topic]*groupTopic{}}
+	b.groups[k] = g
+	b.configureGroup(g, cfg)
+	return g
+}
+
+// configureGroup applies cfg to g; a wildcard group gets a position in every
+// lite topic its main topic already has.
+func (b *broker) configureGroup(g *group, cfg groupConfig) {
+	g.retryMax = cfg.retryMax
+	g.bind = cfg.bind
+	g.wildcard = cfg.wildcard
+	g.fifo = cfg.fifo
+	if !g.wildcard || g.bind == "" {
+		return
+	}
+	main := b.topics[resKey{ns: g.key.ns, name: g.bind}]
+	if main == nil || main.lite == nil {
+		return
+	}
+	for _, lq := range main.lite {
+		b.cursor(lq, g)
+	}
+}
+
+// boundGroups returns the groups bound to the LITE main topic t.
+func (b *broker) boundGroups(t *topic) []*group {
+	var out []*group
+	for _, g := range b.groups {
+		if g.bind == t.key.name && g.key.ns == t.key.ns {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// liteQueue returns the lite topic name of main t, creating it (with a
+// position for every wildcard group bound to t) when create is set.
+func (b *broker) liteQueue(t *topic, name string, create bool) *liteQueue {
+	if lq := t.lite[name]; lq != nil || !create {
+		return lq
+	}
+	lq := &liteQueue{main: t, name: name, q: queue{base: t.liteSeq}, cursors: map[*group]*liteCursor{}}
+	t.lite[name] = lq
+	for _, g := range b.boundGroups(t) {
+		if g.wildcard {
+			b.cursor(lq, g)
+		}
+	}
+	return lq
+}
+
+// cursor returns g's position in lq, creating it at the oldest retained
+// message.
+func (b *broker) cursor(lq *liteQueue, g *group) *liteCursor {
+	if c := lq.cursors[g]; c != nil {
+		return c
+	}
+	c := &liteCursor{lq: lq, g: g, ord: ordered{committed: lq.q.base}}
+	lq.cursors[g] = c
+	b.liteReady(c)
+	return c
+}
+
+// liteReady puts c in its wildcard group's ring when it may deliver now.
+func (b *broker) liteReady(c *liteCursor) {
+	if c.inRing || !c.g.wildcard || c.lq.main.lite[c.lq.name] != c.lq {
+		return
+	}
+	if c.ord.committed >= c.lq.q.end() || c.ord.blocked(b.nowMS(), "") {
+		return
+	}
+	if c.g.wildSubs <= 0 {
+		// Nobody to dispatch to: a full dispatch will find it later.
+		b.scheduleFullDispatch(c.g, fullDispatchOnMiss)
+		return
+	}
+	c.inRing = true
+	c.g.ring = append(c.g.ring, c)
+}
+
+// ringNext takes the next cursor from g's ring, or nil.
+func (g *group) ringNext() *liteCursor {
+	if g.ringHead >= len(g.ring) {
+		return nil
+	}
+	c := g.ring[g.ringHead]
+	g.ring[g.ringHead] = nil
+	g.ringHead++
+	if g.ringHead == len(g.ring) {
+		g.ring, g.ringHead = g.ring[:0], 0
+	} else if g.ringHead > 1024 && g.ringHead > len(g.ring)/2 {
+		g.ring = append([]*liteCursor(nil), g.ring[g.ringHead:]...)
+		g.ringHead = 0
+	}
+	c.inRing = false
+	return c
+}
+
+// trimLite frees the messages of lq that every group has committed, and
+// drops lq altogether once it is empty and settled.
+func (b *broker) trimLite(lq *liteQueue) {
+	if len(lq.cursors) == 0 {
+		return
+	}
+	low := lq.q.end()
+	for _, c := range lq.cursors {
+		low = min(low, c.ord.committed)
+	}
+	lq.q.trim(low)
+	if len(lq.q.msgs) > 0 {
+		return
+	}
+	for _, c := range lq.cursors {
+		if !c.ord.settled(lq.q.end()) || c.ord.timer != nil {
+			return
+		}
+	}
+	if lq.main.liteSeq < lq.q.end() {
+		lq.main.liteSeq = lq.q.end()
+	}
+	delete(lq.main.lite, lq.name)
+}
+
+// consumer returns g's consumption state of topic t, starting at the oldest
+// retained message of each queue.
+func (b *broker) consumer(g *group, t *topic) *groupTopic {
+	if gt := g.topics[t]; gt != nil {
+		return gt
+	}
+	gt := &groupTopic{g: g, t: t, inflight: map[dkey]*delivery{}}
+	gt.next = make([]int64, len(t.queues))
+	if g.fifo {
+		gt.ord = make([]*ordered, len(t.queues))
+	}
+	for i, q := range t.queues {
+		gt.next[i] = q.base
+		if g.fifo {
+			gt.ord[i] = &ordered{committed: q.base}
+		}
+	}
+	g.topics[t] = gt
+	t.consumers[g] = gt
+	return gt
+}
+
+// position is how far gt has consumed queue i.
+func (gt *groupTopic) position(i int) int64 {
+	if gt.ord != nil {
+		return gt.ord[i].committed
+	}
+	return gt.next[i]
+}
+
+// trimQueue frees the messages of queue i of t that every consuming group
+// has taken.
+func (b *broker) trimQueue(t *topic, i int) {
+	if len(t.consumers) == 0 {
+		return
+	}
+	q := t.queues[i]
+	low := q.end()
+	for _, gt := range t.consumers {
+		low = min(low, gt.position(i))
+	}
+	q.trim(low)
+}

@@ -1,0 +1,158 @@
+package rmqfake
+
+import (
+	"bufio"
+	_ "embed"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+//go:generate cp ../scripts/rocketmq/fixtures.txt fixtures.txt
+
+// projectFixtures is a copy of scripts/rocketmq/fixtures.txt, the topics and
+// groups the project's tests use on the real broker. TestProjectFixturesInSync
+// fails when the copy is stale; `go generate ./rmqfake` refreshes it.
+//
+//go:embed fixtures.txt
+var projectFixtures string
+
+// Fixture is a topic or group to create, one line of a fixtures file:
+//
+//	topic <name> normal|lite|fifo|delay [queues=N]
+//	group <name> [retry=N] [bind=<lite main topic>] [wildcard] [fifo]
+type Fixture struct {
+	// Group is false for a topic, true for a group.
+	Group bool
+	Name  string
+	// Type and Queues describe a topic (Queues 0: the default, 4).
+	Type   TopicType
+	Queues int
+	// RetryMax, Bind, Wildcard and FIFO describe a group (RetryMax -1: the
+	// default, 16).
+	RetryMax int
+	Bind     string
+	Wildcard bool
+	FIFO     bool
+}
+
+// ProjectFixtures returns the fixtures of scripts/rocketmq/fixtures.txt, so
+// that rmqfake can stand in for the broker `make test` starts.
+func ProjectFixtures() []Fixture {
+	fs, err := ParseFixtures(strings.NewReader(projectFixtures))
+	if err != nil {
+		panic("rmqfake: embedded fixtures.txt: " + err.Error())
+	}
+	return fs
+}
+
+// ParseFixtures reads a fixtures file: one fixture per line, '#' starts a
+// comment.
+func ParseFixtures(r io.Reader) ([]Fixture, error) {
+	var out []Fixture
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		f, err := ParseFixture(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		out = append(out, f)
+	}
+	return out, sc.Err()
+}
+
+// ParseFixture reads one fixture line ("topic t lite", "group g bind=t
+// wildcard retry=3").
+func ParseFixture(line string) (Fixture, error) {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return Fixture{}, fmt.Errorf("want 'topic <name> <type> [queues=N]' or 'group <name> [options]', got %q", line)
+	}
+	fx := Fixture{Name: f[1], RetryMax: -1}
+	switch f[0] {
+	case "topic":
+		fx.Type = TopicNormal
+		for i, opt := range f[2:] {
+			k, v, hasV := strings.Cut(opt, "=")
+			switch {
+			case i == 0 && !hasV:
+				t, ok := ParseTopicType(k)
+				if !ok {
+					return Fixture{}, fmt.Errorf("topic %s: unknown type %q (normal, lite, fifo, delay)", fx.Name, k)
+				}
+				fx.Type = t
+			case k == "queues" && hasV:
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 1 {
+					return Fixture{}, fmt.Errorf("topic %s: queues=%q: want a positive number", fx.Name, v)
+				}
+				fx.Queues = n
+			default:
+				return Fixture{}, fmt.Errorf("topic %s: unknown option %q", fx.Name, opt)
+			}
+		}
+	case "group":
+		fx.Group = true
+		for _, opt := range f[2:] {
+			k, v, hasV := strings.Cut(opt, "=")
+			switch {
+			case k == "retry" && hasV:
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 {
+					return Fixture{}, fmt.Errorf("group %s: retry=%q: want a number >= 0", fx.Name, v)
+				}
+				fx.RetryMax = n
+			case k == "bind" && hasV && v != "":
+				fx.Bind = v
+			case k == "wildcard" && !hasV:
+				fx.Wildcard = true
+			case k == "fifo" && !hasV:
+				fx.FIFO = true
+			default:
+				return Fixture{}, fmt.Errorf("group %s: unknown option %q (retry=N, bind=TOPIC, wildcard, fifo)", fx.Name, opt)
+			}
+		}
+	default:
+		return Fixture{}, fmt.Errorf("unknown kind %q: want topic or group", f[0])
+	}
+	return fx, nil
+}
+
+// ApplyFixtures creates the fixtures' topics and groups.
+func (s *Server) ApplyFixtures(fs []Fixture) error {
+	for _, f := range fs {
+		if err := s.applyFixture(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) applyFixture(f Fixture) error {
+	if !f.Group {
+		var opts []TopicOption
+		if f.Queues > 0 {
+			opts = append(opts, Queues(f.Queues))
+		}
+		return s.CreateTopic(f.Name, f.Type, opts...)
+	}
+	var opts []GroupOption
+	if f.RetryMax >= 0 {
+		opts = append(opts, RetryMax(f.RetryMax))
+	}
+	if f.Bind != "" {
+		opts = append(opts, LiteBind(f.Bind))
+	}
+	if f.Wildcard {
+		opts = append(opts, Wildcard())
+	}
+	if f.FIFO {
+		opts = append(opts, FIFO())
+	}
+	return s.CreateGroup(f.Name, opts...)
+}

@@ -1,0 +1,262 @@
+package rmqfake
+
+import (
+	"time"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+)
+
+// TopicType is the message type a topic accepts (the broker's
+// message.type attribute).
+type TopicType int
+
+const (
+	// TopicNormal accepts normal messages.
+	TopicNormal TopicType = iota + 1
+	// TopicFIFO accepts messages with a message group; each group's messages
+	// go to one queue, and groups created with [FIFO] consume each queue in
+	// order.
+	TopicFIFO
+	// TopicDelay accepts messages with a delivery time.
+	TopicDelay
+	// TopicLite is a LITE main topic: each message names a lite topic, an
+	// ordered queue of its own.
+	TopicLite
+)
+
+func (t TopicType) String() string {
+	switch t {
+	case TopicNormal:
+		return "normal"
+	case TopicFIFO:
+		return "fifo"
+	case TopicDelay:
+		return "delay"
+	case TopicLite:
+		return "lite"
+	}
+	return "unknown"
+}
+
+// ParseTopicType reads "normal", "fifo", "delay" or "lite".
+func ParseTopicType(s string) (TopicType, bool) {
+	for _, t := range []TopicType{TopicNormal, TopicFIFO, TopicDelay, TopicLite} {
+		if t.String() == s {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+func (t TopicType) proto() v2.MessageType {
+	switch t {
+	case TopicFIFO:
+		return v2.MessageType_FIFO
+	case TopicDelay:
+		return v2.MessageType_DELAY
+	case TopicLite:
+		return v2.MessageType_LITE
+	}
+	return v2.MessageType_NORMAL
+}
+
+// message is one stored message. Messages are immutable once stored; a retry
+// or dead-letter copy is a new message sharing the body.
+type message struct {
+	seq       uint64 // unique per server, like a commit-log offset
+	id        string
+	topic     resKey // where it is stored: the main topic of a lite message, %DLQ%<group> for a dead-letter copy
+	lite      string
+	main      resKey // the LITE main topic of a lite message
+	tag       string
+	keys      []string
+	props     map[string]string
+	msgGroup  string
+	body      []byte
+	digest    string // upper-case hex MD5 of body
+	mtype     v2.MessageType
+	born      time.Time
+	bornHost  string
+	stored    time.Time
+	deliverAt time.Time // delayed messages
+	trace     string
+	queueID   int32
+	offset    int64 // offset in the queue that holds it
+	// hoffset is the offset written into receipt handles. It equals offset,
+	// except for the copy of a lite message that went to the DLQ: that copy
+	// keeps the original's offset, which is why acking it never commits
+	// (docs/broker-semantics.md, scenario g).
+	hoffset   int64
+	reconsume int32 // delivery attempts already made (retry copies)
+}
+
+func (m *message) size() int { return len(m.body) }
+
+// queue is an append-only run of messages; base is the offset of msgs[0].
+type queue struct {
+	id   int32
+	base int64
+	msgs []*message
+}
+
+func (q *queue) end() int64 { return q.base + int64(len(q.msgs)) }
+
+func (q *queue) at(off int64) *message {
+	if off < q.base || off >= q.end() {
+		return nil
+	}
+	return q.msgs[off-q.base]
+}
+
+func (q *queue) push(m *message) {
+	m.queueID = q.id
+	m.offset = q.end()
+	if m.hoffset < 0 {
+		m.hoffset = m.offset
+	}
+	q.msgs = append(q.msgs, m)
+}
+
+// trim drops the messages below offset to, so that they can be collected.
+func (q *queue) trim(to int64) {
+	n := to - q.base
+	if n <= 0 {
+		return
+	}
+	if n > int64(len(q.msgs)) {
+		n = int64(len(q.msgs))
+	}
+	clear(q.msgs[:n])
+	q.msgs = q.msgs[n:]
+	q.base += n
+	switch {
+	case len(q.msgs) == 0:
+		q.msgs = nil
+	case cap(q.msgs) > 64 && len(q.msgs) < cap(q.msgs)/4:
+		q.msgs = append([]*message(nil), q.msgs...)
+	}
+}
+
+// topic is a normal, FIFO, delay or LITE main topic.
+type topic struct {
+	key    resKey
+	typ    TopicType
+	queues []*queue
+	rr     int
+	// lite holds the lite topics of a LITE main topic.
+	lite map[string]*liteQueue
+	// liteSeq numbers lite-queue offsets across the main topic, so that a lite
+	// topic dropped when idle and created again never reuses an offset.
+	liteSeq int64
+	// consumers are the groups reading the queues with normal or FIFO pops.
+	consumers map[*group]*groupTopic
+	waiters   map[*waiter]struct{}
+	scheduled map[*btimer]*message // delayed messages not yet due
+	sent      int64
+}
+
+// group is a consumer group.
+type group struct {
+	key      resKey
+	retryMax int
+	bind     string // LITE main topic (same namespace); empty for a normal group
+	wildcard bool
+	fifo     bool
+	topics   map[*topic]*groupTopic
+	// ring lists the lite topics of a wildcard group that may have something
+	// to deliver, in the order they became ready.
+	ring     []*liteCursor
+	ringHead int
+	// wildSubs counts the clients subscribed to a wildcard group
+	// (COMPLETE_ADD); fullDispatch is its pending full dispatch.
+	wildSubs     int
+	fullDispatch *btimer
+}
+
+func (g *group) maxAttempts() int32 { return int32(g.retryMax) + 1 }
+
+// groupTopic is what a group has consumed of one topic with normal pops
+// (or, for a FIFO group, ordered pops per queue).
+type groupTopic struct {
+	g        *group
+	t        *topic
+	next     []int64    // normal pops: next offset per queue
+	ord      []*ordered // FIFO groups: ordered position per queue
+	retry    []*message // redeliveries ready now (the group's retry topic)
+	retrySeq int64
+	inflight map[dkey]*delivery
+	acked    int64
+	dlq      int64
+}
+
+// dkey identifies one delivery: a message of a queue, or a retry copy.
+type dkey struct {
+	retry  bool
+	queue  int32
+	offset int64
+}
+
+// delivery is a message popped with a normal pop that is not acked yet. It
+// usually has one checkpoint; ChangeInvisibleDuration with a stale handle
+// adds more, as the broker does.
+type delivery struct {
+	key       dkey
+	msg       *message
+	reconsume int32
+	cks       []*checkpoint
+}
+
+type checkpoint struct {
+	seq     uint64
+	popTime int64 // ms
+	until   int64 // ms
+	timer   *btimer
+}
+
+// liteQueue is one lite topic of a LITE main topic: one ordered queue.
+type liteQueue struct {
+	main    *topic
+	name    string
+	q       queue
+	cursors map[*group]*liteCursor
+}
+
+// liteCursor is a group's ordered position in one lite topic.
+type liteCursor struct {
+	lq     *liteQueue
+	g      *group
+	ord    ordered
+	inRing bool
+	acked  int64
+	dlq    int64
+}
+
+// session is the settings record of one client id (the proxy keeps one).
+type session struct {
+	clientID string
+	typ      v2.ClientType
+	settings *v2.Settings
+	group    resKey // consumers
+}
+
+// liteSub is the lite subscription of one client id.
+type liteSub struct {
+	group    *group
+	main     *topic
+	wildcard bool
+	names    []string // exact lite topics, in subscription order
+	set      map[string]struct{}
+	rr       int
+}
+
+// waiter is a long poll parked on a topic.
+type waiter struct {
+	ch chan struct{}
+}
+
+func (w *waiter) wake() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}

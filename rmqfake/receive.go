@@ -1,0 +1,228 @@
+package rmqfake
+
+import (
+	"context"
+	"time"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ReceiveMessage long-polls for messages. The stream carries a status, the
+// messages, then a delivery timestamp, in the proxy's order.
+func (x *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.ServerStreamingServer[v2.ReceiveMessageResponse]) error {
+	s := x.s
+	ctx := stream.Context()
+	m := metaOf(ctx)
+	if _, err := s.decide(ctx, Call{Method: "ReceiveMessage", ClientID: m.clientID, Request: req}); err != nil {
+		return err
+	}
+	if f := s.precheck(m); f != nil {
+		return x.finish(stream, f.status())
+	}
+	r, poll, f := s.b.receiveRequest(ctx, m, req)
+	if f != nil {
+		return x.finish(stream, f.status())
+	}
+	out, t, f, err := s.b.longPoll(ctx, r, poll)
+	if err != nil {
+		return err
+	}
+	if f != nil {
+		return x.finish(stream, f.status())
+	}
+	if len(out) == 0 {
+		return x.finish(stream, fail(v2.Code_MESSAGE_NOT_FOUND, "no new message").status())
+	}
+	if err := stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_Status{Status: okStatus()}}); err != nil {
+		s.b.nack(r, t, out)
+		return err
+	}
+	broken := s.ctl.takeBreak()
+	for i, d := range out {
+		if broken && i == 1 {
+			s.b.nack(r, t, out[i:])
+			return status.Error(codes.Unavailable, "rmqfake: injected broken receive stream")
+		}
+		if err := stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_Message{Message: s.b.toProto(d, s.Addr())}}); err != nil {
+			s.b.nack(r, t, out[i:])
+			return err
+		}
+	}
+	return stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_DeliveryTimestamp{DeliveryTimestamp: timestamppb.New(s.cfg.clock.Now())}})
+}
+
+func (x *service) finish(stream grpc.ServerStreamingServer[v2.ReceiveMessageResponse], st *v2.Status) error {
+	if err := stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_Status{Status: st}}); err != nil {
+		return err
+	}
+	return stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_DeliveryTimestamp{DeliveryTimestamp: timestamppb.New(x.s.cfg.clock.Now())}})
+}
+
+// receiveRequest validates a ReceiveMessage in the order of
+// ReceiveMessageActivity and works out its long-polling window.
+func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.ReceiveMessageRequest) (*popRequest, time.Duration, *failure) {
+	b.mu.Lock()
+	sess := b.sessions[m.clientID]
+	b.mu.Unlock()
+	if sess == nil {
+		return nil, 0, fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no settings: open a Telemetry session before receiving (the proxy fails here with a NullPointerException)", m.clientID)
+	}
+	remaining := time.Duration(1<<62 - 1)
+	if dl, ok := ctx.Deadline(); ok {
+		remaining = time.Until(dl)
+	}
+	var poll time.Duration
+	if req.LongPollingTimeout != nil {
+		poll = req.GetLongPollingTimeout().AsDuration()
+	} else {
+		poll = remaining - sess.settings.GetRequestTimeout().AsDuration()/2
+	}
+	poll = min(max(poll, minPolling*time.Millisecond), maxPolling*time.Millisecond)
+	if poll > remaining {
+		if remaining < minPolling*time.Millisecond {
+			return nil, 0, fail(v2.Code_ILLEGAL_POLLING_TIME, "The deadline time remaining is not enough for polling, please check network condition")
+		}
+		poll = remaining
+	}
+	if f := checkTopic(req.GetMessageQueue().GetTopic().GetName()); f != nil {
+		return nil, 0, f
+	}
+	if f := checkGroup(req.GetGroup().GetName()); f != nil {
+		return nil, 0, f
+	}
+	inv := req.GetInvisibleDuration().AsDuration().Milliseconds()
+	if req.GetAutoRenew() {
+		inv = 60_000 // the proxy's default invisible time for auto-renewed receives
+	} else if inv < minInvisible {
+		return nil, 0, fail(v2.Code_ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too small. min is %d", minInvisible)
+	} else if inv > maxInvisible {
+		return nil, 0, fail(v2.Code_ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too large. max is %d", maxInvisible)
+	}
+	flt, f := parseFilter(req.GetFilterExpression())
+	if f != nil {
+		return nil, 0, f
+	}
+	return &popRequest{
+		clientID:  m.clientID,
+		lite:      sess.typ == v2.ClientType_LITE_PUSH_CONSUMER,
+		group:     key(req.GetGroup(), m.ns),
+		topic:     key(req.GetMessageQueue().GetTopic(), m.ns),
+		batch:     min(int(req.GetBatchSize()), maxBatch),
+		invisible: inv,
+		filter:    flt,
+		attemptID: req.GetAttemptId(),
+	}, poll, nil
+}
+
+// longPoll pops for r, waiting up to poll on the broker's clock (and no
+// longer than the client's deadline) for something to arrive.
+func (b *broker) longPoll(ctx context.Context, r *popRequest, poll time.Duration) ([]delivered, *topic, *failure, error) {
+	expired := make(chan struct{})
+	tm := b.clock.AfterFunc(poll, func() { close(expired) })
+	defer tm.Stop()
+	w := &waiter{ch: make(chan struct{}, 1)}
+	var t *topic
+	defer func() {
+		if t != nil {
+			b.mu.Lock()
+			b.unpark(t, w)
+			b.mu.Unlock()
+		}
+	}()
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, nil, nil, status.Error(codes.Unavailable, "rmqfake: server stopped")
+		}
+		tt, g, f := b.target(r)
+		if f != nil {
+			b.mu.Unlock()
+			return nil, nil, f, nil
+		}
+		out := b.pop(r, tt, g)
+		if len(out) > 0 {
+			b.mu.Unlock()
+			return out, tt, nil, nil
+		}
+		if t == nil {
+			t = tt
+			b.park(t, w)
+		}
+		b.mu.Unlock()
+		select {
+		case <-w.ch:
+		case <-expired:
+			return nil, t, nil, nil
+		case <-ctx.Done():
+			return nil, nil, nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// nack makes messages that could not be written visible again after a
+// second, as the proxy does when a write fails.
+func (b *broker) nack(r *popRequest, t *topic, ds []delivered) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	g := b.groups[r.group]
+	if g == nil || t == nil {
+		return
+	}
+	for _, d := range ds {
+		h := d.handle
+		if h.kind == kindLite {
+			if c := b.liteCursorOf(t.key, d.m.lite, g); c != nil {
+				c.ord.change(h.offset, h.popTime, b.nowMS()+nackInvisible, false)
+				b.settleLite(c)
+			}
+			continue
+		}
+		_, _ = b.changeInvisible(g.key, t.key, "", h, nackInvisible, false)
+	}
+}
+
+// toProto renders a delivery as the proxy does (GrpcConverter.buildMessage).
+func (b *broker) toProto(d delivered, storeHost string) *v2.Message {
+	m := d.m
+	sp := &v2.SystemProperties{
+		Keys:            m.keys,
+		MessageId:       m.id,
+		BodyDigest:      &v2.Digest{Type: v2.DigestType_MD5, Checksum: m.digest},
+		BodyEncoding:    v2.Encoding_IDENTITY,
+		MessageType:     m.mtype,
+		BornTimestamp:   timestamppb.New(m.born),
+		BornHost:        m.bornHost,
+		StoreTimestamp:  timestamppb.New(m.stored),
+		StoreHost:       storeHost,
+		ReceiptHandle:   ptr(d.handle.String()),
+		QueueId:         m.queueID,
+		QueueOffset:     ptr(d.handle.offset),
+		DeliveryAttempt: ptr(d.attempt),
+	}
+	if m.born.IsZero() {
+		sp.BornTimestamp = &timestamppb.Timestamp{}
+	}
+	if m.tag != "" {
+		sp.Tag = ptr(m.tag)
+	}
+	if m.msgGroup != "" {
+		sp.MessageGroup = ptr(m.msgGroup)
+	}
+	if m.lite != "" {
+		sp.LiteTopic = ptr(m.lite)
+	}
+	if !m.deliverAt.IsZero() {
+		sp.DeliveryTimestamp = timestamppb.New(m.deliverAt)
+	}
+	if m.trace != "" {
+		sp.TraceContext = ptr(m.trace)
+	}
+	return &v2.Message{Topic: m.topic.proto(), UserProperties: m.props, SystemProperties: sp, Body: m.body}
+}
+
+func ptr[T any](v T) *T { return &v }

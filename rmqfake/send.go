@@ -1,0 +1,274 @@
+package rmqfake
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+)
+
+// send stores the messages of one SendMessage request, as the 5.5.0 proxy
+// validates and the broker stores them: one request is one batch in one queue,
+// answered with a single entry; a batch of lite messages is stored in the main
+// topic but never dispatched to its lite topics (scenario k).
+func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessageResponse {
+	msgs, f := b.buildMessages(req, ns, peer)
+	if f != nil {
+		return &v2.SendMessageResponse{Status: f.status()}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, f := b.sendTarget(msgs[0])
+	if f != nil {
+		return &v2.SendMessageResponse{Status: f.status()}
+	}
+	now := b.clock.Now()
+	for _, m := range msgs {
+		b.seq++
+		m.seq = b.seq
+		m.stored = now
+		m.topic = t.key
+		m.hoffset = -1
+		if m.lite != "" {
+			m.main = t.key
+		}
+	}
+	t.sent += int64(len(msgs))
+	first := msgs[0]
+	switch {
+	case len(msgs) == 1 && first.lite != "":
+		lq := b.liteQueue(t, first.lite, true)
+		first.props = withProp(first.props, "INNER_MULTI_DISPATCH", "%LMQ%$"+t.key.name+"$"+first.lite)
+		lq.q.push(first)
+		t.liteSeq++
+		for _, c := range lq.cursors {
+			b.liteReady(c)
+		}
+		b.wake(t)
+	case !first.deliverAt.IsZero() && first.deliverAt.After(now):
+		for _, m := range msgs {
+			b.schedule(t, m)
+		}
+	default:
+		b.append(t, msgs)
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.id
+	}
+	entry := &v2.SendResultEntry{Status: okStatus(), MessageId: strings.Join(ids, ","), Offset: first.offset}
+	if len(msgs) > 1 {
+		entry.TransactionId = first.id
+	}
+	return &v2.SendMessageResponse{Status: okStatus(), Entries: []*v2.SendResultEntry{entry}}
+}
+
+// append stores msgs in one queue of t: the queue of their message group, or
+// the next one round-robin.
+func (b *broker) append(t *topic, msgs []*message) {
+	var qi int
+	if g := msgs[0].msgGroup; g != "" {
+		h := fnv.New32a()
+		h.Write([]byte(g))
+		qi = int(h.Sum32() % uint32(len(t.queues)))
+	} else {
+		qi = t.rr % len(t.queues)
+		t.rr++
+	}
+	q := t.queues[qi]
+	for _, m := range msgs {
+		q.push(m)
+	}
+	b.wake(t)
+}
+
+// schedule holds a delayed message until its delivery time.
+func (b *broker) schedule(t *topic, m *message) {
+	if t.scheduled == nil {
+		t.scheduled = map[*btimer]*message{}
+	}
+	var tm *btimer
+	tm = b.after(m.deliverAt.UnixMilli(), func() {
+		delete(t.scheduled, tm)
+		b.append(t, []*message{m})
+	})
+	t.scheduled[tm] = m
+}
+
+// sendTarget checks the topic and the message type as the proxy does
+// (ProducerProcessor with enableTopicMessageTypeCheck).
+func (b *broker) sendTarget(m *message) (*topic, *failure) {
+	k := m.topic
+	t := b.topics[k]
+	if t == nil && b.auto && !strings.HasPrefix(k.name, dlqPrefix) && !strings.HasPrefix(k.name, retryPrefix) {
+		t = b.newTopic(k, typeOf(m), 0)
+	}
+	if strings.HasPrefix(k.name, dlqPrefix) || strings.HasPrefix(k.name, retryPrefix) {
+		if t == nil {
+			return nil, fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s", k.name)
+		}
+		return t, nil
+	}
+	expected := "UNSPECIFIED"
+	if t != nil {
+		expected = strings.ToUpper(t.typ.String())
+	}
+	actual := strings.ToUpper(typeOf(m).String())
+	if t == nil || t.typ != typeOf(m) {
+		return nil, fail(v2.Code_MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+			"TopicMessageType validate failed, the expected type is %s, but actual type is %s", expected, actual)
+	}
+	return t, nil
+}
+
+// typeOf classifies a message the way TopicMessageType.parseFromMessageProperty
+// does: delay before FIFO before lite.
+func typeOf(m *message) TopicType {
+	switch {
+	case !m.deliverAt.IsZero():
+		return TopicDelay
+	case m.msgGroup != "":
+		return TopicFIFO
+	case m.lite != "":
+		return TopicLite
+	}
+	return TopicNormal
+}
+
+// buildMessages validates a request the way SendMessageActivity does and
+// converts its messages.
+func (b *broker) buildMessages(req *v2.SendMessageRequest, ns, peer string) ([]*message, *failure) {
+	if len(req.GetMessages()) == 0 {
+		return nil, fail(v2.Code_MESSAGE_CORRUPTED, "no message to send")
+	}
+	first := req.GetMessages()[0].GetTopic()
+	if f := checkTopic(first.GetName()); f != nil {
+		return nil, f
+	}
+	out := make([]*message, 0, len(req.GetMessages()))
+	for _, pm := range req.GetMessages() {
+		if pm.GetTopic().GetName() != first.GetName() || pm.GetTopic().GetResourceNamespace() != first.GetResourceNamespace() {
+			return nil, fail(v2.Code_MESSAGE_CORRUPTED, "topic in message is not same")
+		}
+		m, f := b.buildMessage(pm, ns, peer)
+		if f != nil {
+			return nil, f
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (b *broker) buildMessage(pm *v2.Message, ns, peer string) (*message, *failure) {
+	sp := pm.GetSystemProperties()
+	body := pm.GetBody()
+	switch {
+	case len(body) == 0:
+		return nil, fail(v2.Code_MESSAGE_BODY_EMPTY, "message body cannot be empty")
+	case len(body) > maxBodySize:
+		return nil, fail(v2.Code_MESSAGE_BODY_TOO_LARGE, "message body cannot exceed the max %d", maxBodySize)
+	}
+	if len(pm.GetUserProperties()) > maxUserProps {
+		return nil, fail(v2.Code_MESSAGE_PROPERTIES_TOO_LARGE, "too many user properties, max is %d", maxUserProps)
+	}
+	size := 0
+	for k, v := range pm.GetUserProperties() {
+		switch {
+		case reservedProps[k]:
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_PROPERTY_KEY, "property is used by system: %s", k)
+		case hasControl(k):
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_PROPERTY_KEY, "the key of property cannot contain control character")
+		case hasControl(v):
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_PROPERTY_KEY, "the value of property cannot contain control character")
+		}
+		size += len(k) + len(v)
+	}
+	tag := sp.GetTag()
+	if tag != "" {
+		switch {
+		case strings.TrimSpace(tag) == "":
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of whitespace")
+		case strings.Contains(tag, "|"):
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_TAG, "tag cannot contain '|'")
+		case hasControl(tag):
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_TAG, "tag cannot contain control character")
+		}
+	}
+	size += len(tag)
+	for _, k := range sp.GetKeys() {
+		if k != "" && (strings.TrimSpace(k) == "" || hasControl(k)) {
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_KEY, "key cannot be the char sequence of whitespace or contain control character")
+		}
+		size += len(k)
+	}
+	if size > maxUserPropSize {
+		return nil, fail(v2.Code_MESSAGE_PROPERTIES_TOO_LARGE, "the total size of user property is too large, max is %d", maxUserPropSize)
+	}
+	if strings.TrimSpace(sp.GetMessageId()) == "" {
+		return nil, fail(v2.Code_ILLEGAL_MESSAGE_ID, "message id cannot be empty")
+	}
+	if sp.GetMessageType() == v2.MessageType_TRANSACTION {
+		return nil, fail(v2.Code_UNSUPPORTED, "rmqfake does not emulate transactional messages")
+	}
+	m := &message{
+		id:       sp.GetMessageId(),
+		topic:    key(pm.GetTopic(), ns),
+		tag:      tag,
+		keys:     sp.GetKeys(),
+		props:    pm.GetUserProperties(),
+		body:     body,
+		mtype:    sp.GetMessageType(),
+		bornHost: sp.GetBornHost(),
+		trace:    sp.GetTraceContext(),
+	}
+	if m.bornHost == "" {
+		m.bornHost = peer
+	}
+	if ts := sp.GetBornTimestamp(); ts.IsValid() {
+		m.born = ts.AsTime()
+	}
+	if ts := sp.GetDeliveryTimestamp(); sp.DeliveryTimestamp != nil {
+		at := ts.AsTime()
+		if at.Sub(b.clock.Now()) > maxDelay*time.Millisecond {
+			return nil, fail(v2.Code_ILLEGAL_DELIVERY_TIME, "the max delay time of message is too large, max is %d", maxDelay)
+		}
+		m.deliverAt = at
+	}
+	if g := sp.GetMessageGroup(); g != "" {
+		switch {
+		case strings.TrimSpace(g) == "":
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_GROUP, "message group cannot be the char sequence of whitespace")
+		case len(g) >= maxMessageGroupLen:
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_GROUP, "message group exceed the max size %d", maxMessageGroupLen)
+		case hasControl(g):
+			return nil, fail(v2.Code_ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character")
+		}
+		m.msgGroup = g
+	}
+	if lt := sp.GetLiteTopic(); lt != "" {
+		if f := checkLiteTopic(lt); f != nil {
+			return nil, f
+		}
+		m.lite = lt
+	}
+	sum := md5.Sum(body)
+	m.digest = strings.ToUpper(hex.EncodeToString(sum[:]))
+	return m, nil
+}
+
+// withProp returns props plus k=v, copying so that the sender's map is not
+// shared.
+func withProp(props map[string]string, k, v string) map[string]string {
+	out := make(map[string]string, len(props)+1)
+	for pk, pv := range props {
+		out[pk] = pv
+	}
+	out[k] = v
+	return out
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

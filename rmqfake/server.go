@@ -1,0 +1,228 @@
+package rmqfake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// DefaultAddr is where a Server listens when no address is given: a random
+// port on the loopback interface.
+const DefaultAddr = "127.0.0.1:0"
+
+// Server is an in-process RocketMQ 5 proxy and broker serving the gRPC
+// MessagingService on one address. Create it with [New] (or [NewForTest]),
+// point clients at [Server.Addr], and [Server.Stop] it when done. All methods
+// are safe for concurrent use.
+type Server struct {
+	cfg  config
+	b    *broker
+	ctl  *controls
+	auth *authenticator
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	addr    string
+	gs      *grpc.Server
+	serving chan struct{} // closed when the current Serve returns
+	stopped bool
+}
+
+type config struct {
+	addr     string
+	clock    Clock
+	auto     bool
+	creds    map[string]string
+	fixtures []Fixture
+	logger   *slog.Logger
+	// fastDispatch: see FastLiteDispatch.
+	fastDispatch bool
+}
+
+// Option configures a Server.
+type Option func(*config)
+
+// Addr sets the listen address ("host:port"). The default is DefaultAddr.
+func Addr(addr string) Option { return func(c *config) { c.addr = addr } }
+
+// WithClock sets the clock the server's timers follow. The default is
+// RealClock(); tests pass a *ManualClock.
+func WithClock(clk Clock) Option { return func(c *config) { c.clock = clk } }
+
+// AutoCreate makes the server create what clients use without asking: a topic
+// on first send (typed after the message: lite, FIFO, delay or normal), on
+// QueryRoute or on receive; a group on first use (bound to the topic and
+// wildcard for a lite consumer, otherwise normal, with the default 16
+// retries). For development; tests should create what they use.
+func AutoCreate() Option { return func(c *config) { c.auto = true } }
+
+// Credentials makes the server require requests signed with this access key
+// and secret (HMAC-SHA1 of x-mq-date-time, as the RocketMQ clients sign).
+// Repeat it to accept several keys. Without it, any request is accepted.
+func Credentials(accessKey, secretKey string) Option {
+	return func(c *config) {
+		if c.creds == nil {
+			c.creds = map[string]string{}
+		}
+		c.creds[accessKey] = secretKey
+	}
+}
+
+// WithFixtures creates these topics and groups at start.
+func WithFixtures(fs ...Fixture) Option {
+	return func(c *config) { c.fixtures = append(c.fixtures, fs...) }
+}
+
+// Logger sets where the server logs (nil: discard).
+func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// New starts a server and returns once it accepts connections.
+func New(opts ...Option) (*Server, error) {
+	cfg := config{addr: DefaultAddr, clock: RealClock()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.clock == nil {
+		cfg.clock = RealClock()
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Server{
+		cfg:  cfg,
+		b:    newBroker(cfg.clock, cfg.auto, cfg.fastDispatch),
+		ctl:  newControls(),
+		auth: newAuthenticator(cfg.creds),
+		log:  cfg.logger,
+	}
+	if err := s.ApplyFixtures(cfg.fixtures); err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return nil, fmt.Errorf("rmqfake: listen on %s: %w", cfg.addr, err)
+	}
+	s.addr = lis.Addr().String()
+	s.serve(lis)
+	return s, nil
+}
+
+func (s *Server) serve(lis net.Listener) {
+	gs := grpc.NewServer(
+		grpc.MaxRecvMsgSize(130<<20),
+		grpc.MaxSendMsgSize(130<<20),
+		grpc.WaitForHandlers(true),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	)
+	v2.RegisterMessagingServiceServer(gs, &service{s: s})
+	done := make(chan struct{})
+	s.gs, s.serving = gs, done
+	go func() {
+		defer close(done)
+		if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("rmqfake: serve", "err", err)
+		}
+	}()
+}
+
+// Addr returns the address clients connect to ("127.0.0.1:port").
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Clock returns the server's clock.
+func (s *Server) Clock() Clock { return s.cfg.clock }
+
+// Stop ends every RPC, closes the listener and stops every timer. It returns
+// once all handlers have returned. It is idempotent.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	s.b.mu.Lock()
+	s.b.close()
+	s.b.mu.Unlock()
+	s.gs.Stop()
+	<-s.serving
+}
+
+// Restart emulates a broker restart on the same address: every connection
+// and RPC is cut, client sessions (Telemetry settings) are forgotten so that
+// clients must send them again, and in-flight messages become deliverable
+// again (normal messages with one more attempt, as the broker's revive does;
+// lite and FIFO messages from their committed offset). Stored messages,
+// topics, groups, committed offsets and lite subscriptions are kept.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return errors.New("rmqfake: restart of a stopped server")
+	}
+	s.b.mu.Lock()
+	s.b.restarting = true
+	s.b.mu.Unlock()
+	s.gs.Stop()
+	<-s.serving
+	s.b.mu.Lock()
+	s.b.restart()
+	s.b.restarting = false
+	s.b.mu.Unlock()
+	lis, err := listenRetry(s.addr)
+	if err != nil {
+		s.stopped = true
+		s.b.mu.Lock()
+		s.b.close()
+		s.b.mu.Unlock()
+		return fmt.Errorf("rmqfake: restart: listen on %s: %w", s.addr, err)
+	}
+	s.serve(lis)
+	return nil
+}
+
+// listenRetry listens on addr, retrying briefly while the old socket lets go.
+func listenRetry(addr string) (net.Listener, error) {
+	var err error
+	for i := 0; i < 50; i++ {
+		var lis net.Listener
+		if lis, err = net.Listen("tcp", addr); err == nil {
+			return lis, nil
+		}
+		time.Sleep(20 * time.Millisecond) // the port is released asynchronously by the kernel; no event to wait for
+	}
+	return nil, err
+}
+
+// WaitForPollers blocks until at least n ReceiveMessage calls are parked in
+// long polling, or ctx ends. With a ManualClock, a test calls it before
+// Advance so that the polls it advances past have started.
+func (s *Server) WaitForPollers(ctx context.Context, n int) error {
+	for {
+		s.b.mu.Lock()
+		ok, ch := s.b.pollers >= n, s.b.pollerCh
+		s.b.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package rmqfake
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// service implements apache.rocketmq.v2.MessagingService.
+type service struct {
+	v2.UnimplementedMessagingServiceServer
+	s *Server
+}
+
+func methodName(full string) string { return full[strings.LastIndexByte(full, '/')+1:] }
+
+// unaryInterceptor recovers panics, checks the client id and signature (an
+// in-band status, as the proxy answers), and applies hooks and faults.
+func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	method := methodName(info.FullMethod)
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("rmqfake: panic", "method", method, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, status.Errorf(codes.Internal, "rmqfake: internal error in %s: %v", method, r)
+		}
+	}()
+	m := metaOf(ctx)
+	if pm, ok := req.(proto.Message); ok {
+		r, err := s.decide(ctx, Call{Method: method, ClientID: m.clientID, Request: pm})
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			return r, nil
+		}
+	}
+	if f := s.precheck(m); f != nil {
+		if r := statusResponse(method, f.status()); r != nil {
+			return r, nil
+		}
+	}
+	return h(ctx, req)
+}
+
+// streamInterceptor recovers panics in ReceiveMessage and Telemetry; their
+// handlers check headers and run hooks themselves, per request or command.
+func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("rmqfake: panic", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+			err = status.Errorf(codes.Internal, "rmqfake: internal error in %s: %v", methodName(info.FullMethod), r)
+		}
+	}()
+	return h(srv, ss)
+}
+
+// precheck is the proxy's request pipeline: signature, then client id.
+func (s *Server) precheck(m callMeta) *failure {
+	if f := s.auth.check(m); f != nil {
+		return f
+	}
+	if strings.TrimSpace(m.clientID) == "" {
+		return fail(v2.Code_CLIENT_ID_REQUIRED, "client id cannot be empty")
+	}
+	return nil
+}
+
+// statusResponse builds the response of a unary method carrying only st.
+func statusResponse(method string, st *v2.Status) proto.Message {
+	switch method {
+	case "QueryRoute":
+		return &v2.QueryRouteResponse{Status: st}
+	case "Heartbeat":
+		return &v2.HeartbeatResponse{Status: st}
+	case "SendMessage":
+		return &v2.SendMessageResponse{Status: st}
+	case "AckMessage":
+		return &v2.AckMessageResponse{Status: st}
+	case "ChangeInvisibleDuration":
+		return &v2.ChangeInvisibleDurationResponse{Status: st}
+	case "ForwardMessageToDeadLetterQueue":
+		return &v2.ForwardMessageToDeadLetterQueueResponse{Status: st}
+	case "NotifyClientTermination":
+		return &v2.NotifyClientTerminationResponse{Status: st}
+	case "SyncLiteSubscription":
+		return &v2.SyncLiteSubscriptionResponse{Status: st}
+	}
+	return nil
+}
+
+func (x *service) QueryRoute(ctx context.Context, req *v2.QueryRouteRequest) (*v2.QueryRouteResponse, error) {
+	return x.s.b.route(req, metaOf(ctx).ns, x.s.Addr()), nil
+}
+
+func (x *service) SendMessage(ctx context.Context, req *v2.SendMessageRequest) (*v2.SendMessageResponse, error) {
+	m := metaOf(ctx)
+	return x.s.b.send(req, m.ns, m.peer), nil
+}
+
+func (x *service) AckMessage(ctx context.Context, req *v2.AckMessageRequest) (*v2.AckMessageResponse, error) {
+	return x.s.b.ack(req, metaOf(ctx).ns), nil
+}
+
+func (x *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeInvisibleDurationRequest) (*v2.ChangeInvisibleDurationResponse, error) {
+	m := metaOf(ctx)
+	b := x.s.b
+	respond := func(f *failure) (*v2.ChangeInvisibleDurationResponse, error) {
+		return &v2.ChangeInvisibleDurationResponse{Status: f.status()}, nil
+	}
+	if f := checkTopic(req.GetTopic().GetName()); f != nil {
+		return respond(f)
+	}
+	if f := checkGroup(req.GetGroup().GetName()); f != nil {
+		return respond(f)
+	}
+	inv := req.GetInvisibleDuration().AsDuration().Milliseconds()
+	switch {
+	case inv < 0:
+		return respond(fail(v2.Code_ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too small. min is 0"))
+	case inv > maxInvisible:
+		return respond(fail(v2.Code_ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too large. max is %d", maxInvisible))
+	}
+	h, f := parseHandle(req.GetReceiptHandle())
+	if f != nil {
+		return respond(f)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sessions[m.clientID] == nil {
+		// The proxy dereferences the client's missing channel (scenario j).
+		return respond(fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no session: ChangeInvisibleDuration needs Telemetry settings of any type (the proxy fails here with a NullPointerException)", m.clientID))
+	}
+	nh, f := b.changeInvisible(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h, inv, req.GetSuspend())
+	if f != nil {
+		return respond(f)
+	}
+	return &v2.ChangeInvisibleDurationResponse{Status: okStatus(), ReceiptHandle: nh}, nil
+}
+
+func (x *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.ForwardMessageToDeadLetterQueueRequest) (*v2.ForwardMessageToDeadLetterQueueResponse, error) {
+	m := metaOf(ctx)
+	b := x.s.b
+	respond := func(f *failure) (*v2.ForwardMessageToDeadLetterQueueResponse, error) {
+		return &v2.ForwardMessageToDeadLetterQueueResponse{Status: f.status()}, nil
+	}
+	if f := checkTopic(req.GetTopic().GetName()); f != nil {
+		return respond(f)
+	}
+	if f := checkGroup(req.GetGroup().GetName()); f != nil {
+		return respond(f)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sessions[m.clientID] == nil {
+		return respond(fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no session: ForwardMessageToDeadLetterQueue needs Telemetry settings", m.clientID))
+	}
+	h, f := parseHandle(req.GetReceiptHandle())
+	if f != nil {
+		return respond(f)
+	}
+	if f := b.forward(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h); f != nil {
+		return respond(f)
+	}
+	return &v2.ForwardMessageToDeadLetterQueueResponse{Status: okStatus()}, nil
+}
+
+func unimplemented(method, why string) error {
+	return status.Errorf(codes.Unimplemented, "rmqfake does not implement %s: %s", method, why)
+}
+
+func (x *service) QueryAssignment(context.Context, *v2.QueryAssignmentRequest) (*v2.QueryAssignmentResponse, error) {
+	return nil, unimplemented("QueryAssignment", "push consumers are not emulated; use ReceiveMessage (simple or lite consumers)")
+}
+
+func (x *service) PullMessage(*v2.PullMessageRequest, grpc.ServerStreamingServer[v2.PullMessageResponse]) error {
+	return unimplemented("PullMessage", "only the Pop model (ReceiveMessage) is emulated")
+}
+
+func (x *service) UpdateOffset(context.Context, *v2.UpdateOffsetRequest) (*v2.UpdateOffsetResponse, error) {
+	return nil, unimplemented("UpdateOffset", "only the Pop model (ReceiveMessage) is emulated")
+}
+
+func (x *service) GetOffset(context.Context, *v2.GetOffsetRequest) (*v2.GetOffsetResponse, error) {
+	return nil, unimplemented("GetOffset", "only the Pop model (ReceiveMessage) is emulated")
+}
+
+func (x *service) QueryOffset(context.Context, *v2.QueryOffsetRequest) (*v2.QueryOffsetResponse, error) {
+	return nil, unimplemented("QueryOffset", "only the Pop model (ReceiveMessage) is emulated")
+}
+
+func (x *service) EndTransaction(context.Context, *v2.EndTransactionRequest) (*v2.EndTransactionResponse, error) {
+	return nil, unimplemented("EndTransaction", "transactional messages are not emulated")
+}
+
+func (x *service) RecallMessage(context.Context, *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {
+	return nil, unimplemented("RecallMessage", "recalling delayed messages is not emulated")
+}
+
+// errf is a gRPC error whose message carries the proxy's prefix for
+// Telemetry failures.
+func telemetryErr(code codes.Code, f *failure) error {
+	return status.Error(code, fmt.Sprintf("process client telemetryCommand failed. %s", f.msg))
+}
