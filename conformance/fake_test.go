@@ -1,7 +1,6 @@
 package conformance_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/rmqflow/rmqflow/conformance"
@@ -12,12 +11,7 @@ import (
 // the fixtures the real broker gets (scripts/rocketmq/fixtures.txt) and the
 // real clock: the scenarios are the same, unchanged.
 func TestFake(t *testing.T) {
-	f, err := os.Open("../scripts/rocketmq/fixtures.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fixtures, err := rmqfake.ParseFixtures(f)
+	fixtures, err := rmqfake.ProjectFixtures()
 	if err != nil {
 		t.Fatal(err)
 	}

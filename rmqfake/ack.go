@@ -121,6 +121,7 @@ func (b *broker) ackLite(gk, tk resKey, lite string, h handle) *failure {
 		return errAbnormal
 	case ackCommitted:
 		c.acked++
+		g.liteAcked++
 		b.settleLite(c)
 	}
 	return nil
@@ -230,6 +231,7 @@ func (b *broker) forward(gk, tk resKey, lite string, h handle) *failure {
 		}
 		b.deadLetter(g, m)
 		c.dlq++
+		g.liteDLQ++
 		if !h.expired(b.nowMS()) {
 			_ = b.ackLite(gk, tk, lite, h)
 		}

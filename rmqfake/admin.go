@@ -143,6 +143,7 @@ func (s *Server) CreateGroup(name string, opts ...GroupOption) error {
 // Call it with b.mu held.
 func (b *broker) restart() {
 	clear(b.sessions)
+	b.notify()
 	for _, t := range b.topics {
 		for _, gt := range t.consumers {
 			for _, d := range gt.inflight {

@@ -26,8 +26,8 @@ type broker struct {
 	timers     map[*btimer]struct{}
 	closed     bool
 
-	pollers  int
-	pollerCh chan struct{} // closed and replaced when pollers changes
+	pollers int
+	changed chan struct{} // closed and replaced when pollers or sessions change
 }
 
 func newBroker(c Clock, auto, fastDispatch bool) *broker {
@@ -41,7 +41,7 @@ func newBroker(c Clock, auto, fastDispatch bool) *broker {
 		sessions:     map[string]*session{},
 		liteSubs:     map[string]*liteSub{},
 		timers:       map[*btimer]struct{}{},
-		pollerCh:     make(chan struct{}),
+		changed:      make(chan struct{}),
 	}
 }
 
@@ -108,7 +108,7 @@ func (b *broker) park(t *topic, w *waiter) {
 	}
 	t.waiters[w] = struct{}{}
 	b.pollers++
-	b.notifyPollers()
+	b.notify()
 }
 
 func (b *broker) unpark(t *topic, w *waiter) {
@@ -117,12 +117,13 @@ func (b *broker) unpark(t *topic, w *waiter) {
 	}
 	delete(t.waiters, w)
 	b.pollers--
-	b.notifyPollers()
+	b.notify()
 }
 
-func (b *broker) notifyPollers() {
-	close(b.pollerCh)
-	b.pollerCh = make(chan struct{})
+// notify wakes WaitFor. Call it with b.mu held.
+func (b *broker) notify() {
+	close(b.changed)
+	b.changed = make(chan struct{})
 }
 
 // defaultQueues is how many queues a topic gets unless told otherwise (the

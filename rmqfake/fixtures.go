@@ -2,21 +2,13 @@ package rmqfake
 
 import (
 	"bufio"
-	_ "embed"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
-
-//go:generate cp ../scripts/rocketmq/fixtures.txt fixtures.txt
-
-// projectFixtures is a copy of scripts/rocketmq/fixtures.txt, the topics and
-// groups the project's tests use on the real broker. TestProjectFixturesInSync
-// fails when the copy is stale; `go generate ./rmqfake` refreshes it.
-//
-//go:embed fixtures.txt
-var projectFixtures string
 
 // Fixture is a topic or group to create, one line of a fixtures file:
 //
@@ -37,14 +29,44 @@ type Fixture struct {
 	FIFO     bool
 }
 
-// ProjectFixtures returns the fixtures of scripts/rocketmq/fixtures.txt, so
-// that rmqfake can stand in for the broker `make test` starts.
-func ProjectFixtures() []Fixture {
-	fs, err := ParseFixtures(strings.NewReader(projectFixtures))
+// ProjectFixturesFile is where the project keeps the topics and groups its
+// tests use, relative to the repository root.
+const ProjectFixturesFile = "scripts/rocketmq/fixtures.txt"
+
+// ProjectFixtures reads scripts/rocketmq/fixtures.txt, the fixtures `make
+// test` creates on the real broker, found by walking up from the working
+// directory (a package directory while `go test` runs). It lets rmqfake stand
+// in for that broker in the project's own tests.
+func ProjectFixtures() ([]Fixture, error) {
+	dir, err := os.Getwd()
 	if err != nil {
-		panic("rmqfake: embedded fixtures.txt: " + err.Error())
+		return nil, err
 	}
-	return fs
+	for {
+		path := filepath.Join(dir, filepath.FromSlash(ProjectFixturesFile))
+		if _, err := os.Stat(path); err == nil {
+			return LoadFixtures(path)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return nil, fmt.Errorf("rmqfake: %s not found above the working directory", ProjectFixturesFile)
+		}
+		dir = parent
+	}
+}
+
+// LoadFixtures reads a fixtures file.
+func LoadFixtures(path string) ([]Fixture, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fs, err := ParseFixtures(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return fs, nil
 }
 
 // ParseFixtures reads a fixtures file: one fixture per line, '#' starts a

@@ -171,6 +171,10 @@ type group struct {
 	// (COMPLETE_ADD); fullDispatch is its pending full dispatch.
 	wildSubs     int
 	fullDispatch *btimer
+	// liteAcked and liteDLQ count over all lite topics, including the ones
+	// dropped when idle.
+	liteAcked int64
+	liteDLQ   int64
 }
 
 func (g *group) maxAttempts() int32 { return int32(g.retryMax) + 1 }

@@ -307,6 +307,7 @@ func (b *broker) popCursor(r *popRequest, c *liteCursor, out []delivered) []deli
 			// The proxy forwards it to the DLQ and acks it by its handle.
 			b.deadLetter(c.g, m)
 			c.dlq++
+			c.g.liteDLQ++
 			c.ord.ack(m.hoffset, now)
 			continue
 		}

@@ -212,11 +212,18 @@ func listenRetry(addr string) (net.Listener, error) {
 // long polling, or ctx ends. With a ManualClock, a test calls it before
 // Advance so that the polls it advances past have started.
 func (s *Server) WaitForPollers(ctx context.Context, n int) error {
+	return s.WaitFor(ctx, func(st Stats) bool { return st.Pollers >= n })
+}
+
+// WaitFor blocks until cond holds for the server's Stats, or ctx ends. cond
+// is evaluated now and again whenever a long poll parks or leaves, or a
+// client's session (Telemetry settings) comes or goes; it must not block.
+func (s *Server) WaitFor(ctx context.Context, cond func(Stats) bool) error {
 	for {
 		s.b.mu.Lock()
-		ok, ch := s.b.pollers >= n, s.b.pollerCh
+		ch := s.b.changed
 		s.b.mu.Unlock()
-		if ok {
+		if cond(s.Stats()) {
 			return nil
 		}
 		select {

@@ -110,6 +110,7 @@ func (b *broker) settings(m callMeta, st *v2.Settings) (*v2.Settings, error) {
 	}
 	sess.settings = proto.Clone(st).(*v2.Settings)
 	b.sessions[m.clientID] = sess
+	b.notify()
 	return b.answer(sess), nil
 }
 
@@ -237,6 +238,7 @@ func (x *service) NotifyClientTermination(ctx context.Context, req *v2.NotifyCli
 	defer b.mu.Unlock()
 	sess := b.sessions[m.clientID]
 	delete(b.sessions, m.clientID)
+	b.notify()
 	if sess == nil {
 		return &v2.NotifyClientTerminationResponse{Status: fail(v2.Code_UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client").status()}, nil
 	}

@@ -128,14 +128,27 @@ func (s *Server) Stats() Stats {
 						gs.LiteTopics = map[string]Counts{}
 					}
 					gs.LiteTopics[name] = cc
+					live := Counts{Backlog: cc.Backlog, InFlight: cc.InFlight}
 					tc := gs.Topics[t.key.String()]
-					tc.add(cc)
+					tc.add(live)
 					gs.Topics[t.key.String()] = tc
-					gs.Counts.add(cc)
+					gs.Counts.add(live)
 					st.Groups[g.key.String()] = gs
+					ts.Counts.add(live)
 				}
-				ts.Counts.add(ls.Counts)
 				ts.LiteTopics[name] = ls
+			}
+			// Acks and dead letters are counted per group, so that they
+			// survive lite topics dropped when idle.
+			for _, g := range b.boundGroups(t) {
+				done := Counts{Acked: g.liteAcked, DeadLettered: g.liteDLQ}
+				gs := groupStats(g)
+				tc := gs.Topics[t.key.String()]
+				tc.add(done)
+				gs.Topics[t.key.String()] = tc
+				gs.Counts.add(done)
+				st.Groups[g.key.String()] = gs
+				ts.Counts.add(done)
 			}
 		}
 		st.Topics[t.key.String()] = ts
