@@ -130,7 +130,7 @@ func (s *Server) serve(lis net.Listener) {
 	s.gs, s.serving = gs, done
 	go func() {
 		defer close(done)
-		if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := gs.Serve(&sniffListener{Listener: lis}); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.log.Error("rmqfake: serve", "err", err)
 		}
 	}()
