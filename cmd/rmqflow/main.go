@@ -1,0 +1,102 @@
+// Command rmqflow is rmqflow's command-line tool:
+//
+//	rmqflow broker [flags]   run rmqfake, the embedded RocketMQ 5 emulator
+//	rmqflow version          print the version
+//	rmqflow help [command]   show help
+//
+// Run "rmqflow help broker" for the broker's flags.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+)
+
+// command is one subcommand. Later issues add demo, produce, consume and
+// bench here.
+type command struct {
+	name    string
+	summary string
+	// run runs the command with its arguments and returns the exit code.
+	run func(args []string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"broker", "run rmqfake, the embedded RocketMQ 5 emulator, as a standalone server", runBroker},
+		{"version", "print the version", runVersion},
+		{"help", "show help for rmqflow or one of its commands", runHelp},
+	}
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run dispatches to a subcommand and returns the exit code: 0 on success, 1
+// on failure, 2 on a usage error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	name := args[0]
+	if name == "-h" || name == "-help" || name == "--help" {
+		name = "help"
+	}
+	for _, c := range commands() {
+		if c.name == name {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "rmqflow: unknown command %q\n\n", name)
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "rmqflow is a toolkit for RocketMQ 5 lite topics and the Pop model.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage:")
+	fmt.Fprintln(w, "  rmqflow <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `Run "rmqflow help <command>" for a command's flags.`)
+}
+
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name == args[0] && c.name != "help" {
+			return c.run([]string{"-help"}, stdout, io.Discard)
+		}
+	}
+	fmt.Fprintf(stderr, "rmqflow help: unknown command %q\n", args[0])
+	return 2
+}
+
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: rmqflow version")
+		return 2
+	}
+	fmt.Fprintf(stdout, "rmqflow %s %s %s/%s\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return 0
+}
+
+// version is the main module's version as the Go toolchain recorded it
+// ("(devel)" for a build from a work tree).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
