@@ -188,16 +188,26 @@ func (b *broker) changeInvisible(gk, tk resKey, lite string, h handle, invisible
 			nh.seq = b.ckSeq
 			return nh.String(), nil
 		}
-		// A new checkpoint, then the old one is acked: changing a stale handle
-		// therefore adds a second checkpoint, as on the broker.
-		ck := b.checkpoint(gt, d, now, invisible)
 		for _, old := range d.cks {
 			if old.seq == h.seq {
 				b.stop(old.timer)
-				d.dropCheckpoint(h.seq)
 				break
 			}
 		}
+		if invisible <= 0 {
+			// Released at once: it goes back like an expired checkpoint.
+			b.ckSeq++
+			nh.seq = b.ckSeq
+			if d.dropCheckpoint(h.seq) && len(d.cks) == 0 {
+				delete(gt.inflight, d.key)
+			}
+			b.retryCopy(gt, d)
+			return nh.String(), nil
+		}
+		// A new checkpoint, then the old one is acked: changing a stale handle
+		// therefore adds a second checkpoint, as on the broker.
+		ck := b.checkpoint(gt, d, now, invisible)
+		d.dropCheckpoint(h.seq)
 		nh.seq = ck.seq
 		return nh.String(), nil
 	}

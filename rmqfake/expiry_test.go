@@ -206,3 +206,26 @@ func codeOf(err error) client.Code {
 	}
 	return -1
 }
+
+// ChangeInvisibleDuration to 0 releases a message at once, without the
+// clock moving (scenario l), on normal topics too.
+func TestReleaseWithZero(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	c := normalConsumer(t, s)
+	p := producer(t, s)
+	send(t, p, &client.Message{Topic: normalTopic, Body: []byte("x")})
+	m := receiveNow(t, c, normalReq(30*time.Minute))[0]
+	if _, err := c.ChangeInvisibleDuration(ctxT(t), client.ChangeInvisibleRequest{Group: normalGroup, Topic: normalTopic,
+		MessageID: m.MessageID, ReceiptHandle: m.ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	again := receiveNow(t, c, normalReq(30*time.Minute))[0]
+	if again.MessageID != m.MessageID || again.DeliveryAttempt != 2 {
+		t.Fatalf("released message: %s attempt %d", again.MessageID, again.DeliveryAttempt)
+	}
+	ackAll(t, c, normalGroup, normalTopic, []*client.ReceivedMessage{again})
+	if g := s.Stats().Groups[normalGroup]; g.InFlight != 0 || g.Backlog != 0 || g.Acked != 1 {
+		t.Errorf("after the ack: %+v", g.Counts)
+	}
+}

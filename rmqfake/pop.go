@@ -191,6 +191,12 @@ func (b *broker) revive(gt *groupTopic, d *delivery, ck *checkpoint) {
 	if len(d.cks) == 0 {
 		delete(gt.inflight, d.key)
 	}
+	b.retryCopy(gt, d)
+}
+
+// retryCopy queues a copy of d's message for redelivery with one more
+// attempt.
+func (b *broker) retryCopy(gt *groupTopic, d *delivery) {
 	cp := *d.msg
 	cp.reconsume = d.reconsume + 1
 	gt.retrySeq++

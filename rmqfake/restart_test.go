@@ -100,3 +100,36 @@ func remove(s []string, x string) []string {
 	}
 	return out
 }
+
+// Restart completes while clients keep calling (handlers never wait on the
+// server's own lock).
+func TestRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	c := newClient(t, s, client.Config{RequestTimeout: time.Second})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = c.QueryRoute(ctxT(t), normalTopic)
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		restarted := make(chan error, 1)
+		go func() { restarted <- s.Restart() }()
+		select {
+		case err := <-restarted:
+			must(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("Restart did not return under load")
+		}
+	}
+	close(stop)
+	<-done
+}

@@ -102,6 +102,9 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 		return fail(v2.Code_LITE_SUBSCRIPTION_QUOTA_EXCEEDED, "lite subscription quota exceeded: %d", liteSubQuota)
 	}
 	t := b.topics[tk]
+	if t == nil && b.auto {
+		t = b.newTopic(tk, TopicLite, 0)
+	}
 	if t == nil || t.lite == nil {
 		return fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s", tk.name)
 	}

@@ -30,8 +30,9 @@ type Server struct {
 	auth *authenticator
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	addr    string
+	addr string // set once by New; Restart keeps it
+
+	mu      sync.Mutex // guards the fields below; never taken by RPC handlers
 	gs      *grpc.Server
 	serving chan struct{} // closed when the current Serve returns
 	stopped bool
@@ -137,11 +138,7 @@ func (s *Server) serve(lis net.Listener) {
 }
 
 // Addr returns the address clients connect to ("127.0.0.1:port").
-func (s *Server) Addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
-}
+func (s *Server) Addr() string { return s.addr }
 
 // Clock returns the server's clock.
 func (s *Server) Clock() Clock { return s.cfg.clock }

@@ -90,7 +90,8 @@ func (b *broker) settings(m callMeta, st *v2.Settings) (*v2.Settings, error) {
 		if len(sub.GetSubscriptions()) > 0 {
 			first = key(sub.GetSubscriptions()[0].GetTopic(), m.ns)
 		}
-		if _, f := b.consumerGroup(gk, st.GetClientType(), first, true); f != nil {
+		g, f := b.consumerGroup(gk, st.GetClientType(), first, true)
+		if f != nil {
 			code := codes.InvalidArgument
 			if f.code == v2.Code_INTERNAL_SERVER_ERROR {
 				code = codes.Internal
@@ -105,6 +106,15 @@ func (b *broker) settings(m callMeta, st *v2.Settings) (*v2.Settings, error) {
 			}
 		}
 		sess.group = gk
+		if g.bind == "" {
+			// The group starts consuming its topics now: messages from here on
+			// are kept for it even before its first receive.
+			for _, e := range sub.GetSubscriptions() {
+				if t := b.topics[key(e.GetTopic(), m.ns)]; t != nil {
+					b.consumer(g, t)
+				}
+			}
+		}
 	default:
 		return nil, status.Error(codes.InvalidArgument, "there is no publishing or subscription data in settings")
 	}
@@ -129,6 +139,9 @@ func (b *broker) consumerGroup(gk resKey, typ v2.ClientType, first resKey, creat
 		cfg := groupConfig{retryMax: defaultRetryMax}
 		if lite {
 			cfg.bind, cfg.wildcard = first.name, true
+			if b.topics[first] == nil && first.name != "" {
+				b.newTopic(first, TopicLite, 0)
+			}
 		}
 		g = b.newGroup(gk, cfg)
 	}
