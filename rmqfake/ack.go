@@ -58,6 +58,9 @@ func (b *broker) ackOne(gk, tk resKey, e *v2.AckMessageEntry) *failure {
 	if t == nil {
 		return fail(v2.Code_TOPIC_NOT_FOUND, "topic[%s] not exist, apply first please!", tk.name)
 	}
+	if g == nil {
+		return errAbnormal // as the broker answers an ack naming an unknown group
+	}
 	gt := g.consumerOf(t)
 	if gt == nil {
 		return nil // the broker records the ack; there is nothing to apply it to
