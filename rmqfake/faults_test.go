@@ -181,3 +181,30 @@ func TestUnimplementedCalls(t *testing.T) {
 		t.Errorf("PullMessage: %v", err)
 	}
 }
+
+// A panic while handling a call becomes a gRPC Internal error; the server
+// keeps serving.
+func TestPanicIsRecovered(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	p := producer(t, s)
+	c := normalConsumer(t, s)
+	remove := s.Intercept("", func(call rmqfake.Call) rmqfake.Verdict {
+		if call.Method == "QueryRoute" || call.Method == "ReceiveMessage" {
+			panic("boom in " + call.Method)
+		}
+		return rmqfake.Verdict{}
+	})
+	if _, err := p.QueryRoute(ctxT(t), normalTopic); status.Code(err) != codes.Internal {
+		t.Errorf("QueryRoute with a panicking hook: %v, want Internal", err)
+	}
+	req := normalReq(time.Minute)
+	req.Queue = &v2.MessageQueue{Topic: &v2.Resource{Name: normalTopic}} // no route lookup
+	if _, err := c.Receive(ctxT(t), req); status.Code(err) != codes.Internal {
+		t.Errorf("ReceiveMessage with a panicking hook: %v, want Internal", err)
+	}
+	remove()
+	if _, err := p.QueryRoute(ctxT(t), normalTopic); err != nil {
+		t.Errorf("QueryRoute after the panics: %v", err)
+	}
+}

@@ -171,3 +171,30 @@ func TestTagFilter(t *testing.T) {
 		t.Errorf("after the filtered poll: %+v, want the other tags consumed", g.Counts)
 	}
 }
+
+// Closing a client sends NotifyClientTermination: its settings (and a lite
+// consumer's subscription) are forgotten.
+func TestNotifyClientTermination(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	c := newClient(t, s, client.Config{})
+	_, err := c.OpenSession(ctxT(t), client.SessionConfig{Type: client.LiteSimpleConsumer, Group: liteGroup,
+		Subscriptions: []client.Subscription{{Topic: liteTopic}}, LiteWildcard: true})
+	must(t, err)
+	normalConsumer(t, s)
+	if n := s.Stats().Sessions; n != 2 {
+		t.Fatalf("%d sessions, want 2", n)
+	}
+	must(t, c.Close(ctxT(t)))
+	if n := s.Stats().Sessions; n != 1 {
+		t.Fatalf("after Close: %d sessions, want 1", n)
+	}
+	// A second termination finds no settings.
+	other := newClient(t, s, client.Config{})
+	if err := other.NotifyClientTermination(ctxT(t), ""); codeOf(err) != client.CodeUnrecognizedClientType {
+		t.Errorf("termination without settings: %v, want UNRECOGNIZED_CLIENT_TYPE", err)
+	}
+	if err := other.Heartbeat(ctxT(t), "", client.Producer); codeOf(err) != client.CodeUnrecognizedClientType {
+		t.Errorf("heartbeat without settings: %v, want UNRECOGNIZED_CLIENT_TYPE", err)
+	}
+}
