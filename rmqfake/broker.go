@@ -195,6 +195,11 @@ func (b *broker) liteQueue(t *topic, name string, create bool) *liteQueue {
 			b.cursor(lq, g)
 		}
 	}
+	for _, sub := range b.liteSubs {
+		if _, ok := sub.set[name]; ok && sub.main == t && !sub.wildcard {
+			b.cursor(lq, sub.group) // an exact subscriber keeps it from being freed
+		}
+	}
 	return lq
 }
 

@@ -208,3 +208,32 @@ func TestFIFOGroup(t *testing.T) {
 	}
 	ackAll(t, c, "g-fifo", "t-fifo", rest)
 }
+
+// A lite topic dropped while idle keeps its exact subscribers when it comes
+// back: a wildcard group consuming the same main topic does not free their
+// messages.
+func TestExactSubscriberSurvivesIdleLiteTopic(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	p := producer(t, s)
+	wild := liteConsumer(t, s)
+	exact := newClient(t, s, client.Config{})
+	sess, err := exact.OpenSession(ctxT(t), client.SessionConfig{Type: client.LiteSimpleConsumer, Group: exactGroup,
+		Subscriptions: []client.Subscription{{Topic: liteTopic}}})
+	must(t, err)
+	must(t, sess.SubscribeLite(ctxT(t), liteTopic, "shared", nil))
+	req := client.ReceiveRequest{Group: exactGroup, Topic: liteTopic, Lite: true, InvisibleDuration: time.Minute, LongPollingTimeout: 5 * time.Second}
+	for round, body := range []string{"first", "second"} {
+		send(t, p, &client.Message{Topic: liteTopic, LiteTopic: "shared", Body: []byte(body)})
+		w := receiveNow(t, wild, liteReq(time.Minute))
+		ackAll(t, wild, liteGroup, liteTopic, w)
+		e := receiveNow(t, exact, req)
+		if fmtSlice(bodies(e)) != "["+body+"]" {
+			t.Fatalf("round %d: exact subscriber got %v, want [%s]", round, bodies(e), body)
+		}
+		ackAll(t, exact, exactGroup, liteTopic, e)
+		if n := len(s.Stats().Topics[liteTopic].LiteTopics); n != 0 {
+			t.Fatalf("round %d: %d lite topics held after both groups acked", round, n)
+		}
+	}
+}
