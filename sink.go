@@ -254,7 +254,7 @@ func (s *Sink) worker() {
 func (s *Sink) send(batch []pendingSend) {
 	ctx := context.Background()
 	todo := batch
-	bo := newBackoff(50*time.Millisecond, 2*time.Second)
+	bo := newBackoff(200*time.Millisecond, 5*time.Second)
 	for attempt := 1; len(todo) > 0; attempt++ {
 		msgs := make([]*client.Message, len(todo))
 		for i, p := range todo {

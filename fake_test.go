@@ -1,0 +1,116 @@
+package rmqflow_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+// fakeLite starts rmqfake with one LITE main topic and a wildcard group.
+func fakeLite(t *testing.T) *rmqfake.Server {
+	t.Helper()
+	s := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
+	if err := s.CreateTopic("main", rmqfake.TopicLite); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateGroup("g", rmqfake.LiteBind("main"), rmqfake.Wildcard()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sendAndTake sends n messages over n lite topics named prefix-i, takes n
+// messages from src and acks each; it returns the bodies taken.
+func sendAndTake(t *testing.T, ctx context.Context, sink *rmqflow.Sink, src *rmqflow.Source[string], prefix string, n int) map[string]bool {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		lite := fmt.Sprintf("%s-%d", prefix, i)
+		if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: lite, Body: []byte(lite)}).Wait(ctx); err != nil {
+			t.Fatalf("send %s: %v", lite, err)
+		}
+	}
+	got := map[string]bool{}
+	for len(got) < n {
+		m, err := src.Next(ctx)
+		if err != nil {
+			t.Fatalf("next after %d of %d: %v", len(got), n, err)
+		}
+		got[m.Value] = true
+		if err := src.Acker().Ack(ctx, m.Handle); err != nil {
+			t.Fatalf("ack %s: %v", m.Value, err)
+		}
+	}
+	return got
+}
+
+// TestSourceSurvivesBrokerRestart: the broker restarts (connections cut,
+// sessions forgotten); the source, the sink and the ack pool carry on without
+// any user action, and no goroutine is left behind.
+func TestSourceSurvivesBrokerRestart(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	s := fakeLite(t)
+	ctx := rmqtest.Context(t, time.Minute)
+	conn := rmqflow.Connection{Endpoints: s.Addr(), RequestTimeout: time.Second}
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
+		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+
+	if got := sendAndTake(t, ctx, sink, src, "before", 10); len(got) != 10 {
+		t.Fatalf("before the restart: %d messages", len(got))
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sendAndTake(t, ctx, sink, src, "after", 10); len(got) != 10 {
+		t.Fatalf("after the restart: %d messages", len(got))
+	}
+	if st := s.Stats(); st.Held != 0 {
+		t.Errorf("the broker still holds %d messages after all were acked", st.Held)
+	}
+}
+
+// TestSourceBrokenReceiveStreams: receive streams that break mid-way make the
+// source back off and retry; nothing is lost.
+func TestSourceBrokenReceiveStreams(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	s := fakeLite(t)
+	ctx := rmqtest.Context(t, time.Minute)
+	conn := rmqflow.Connection{Endpoints: s.Addr()}
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
+		AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+	s.BreakReceiveStreams(3)
+	if got := sendAndTake(t, ctx, sink, src, "broken", 20); len(got) != 20 {
+		t.Fatalf("got %d of 20", len(got))
+	}
+	if st := s.Stats(); st.Held != 0 {
+		t.Errorf("the broker still holds %d messages", st.Held)
+	}
+}
