@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+func fakeForCLI(t *testing.T) *rmqfake.Server {
+	t.Helper()
+	s := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
+	if err := s.CreateTopic("chat", rmqfake.TopicLite); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateGroup("chat-g", rmqfake.LiteBind("chat"), rmqfake.Wildcard()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTopic("orders", rmqfake.TopicNormal); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateGroup("billing"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestProduceConsumeRoundTrip: produce from flags and stdin, consume as JSON
+// lines, with ack after print; a second consume finds nothing left.
+func TestProduceConsumeRoundTrip(t *testing.T) {
+	s := fakeForCLI(t)
+	ep := s.Addr()
+	var out, errOut bytes.Buffer
+	if code := run([]string{"produce", "-endpoint", ep, "-topic", "chat", "-lite", "alice", "-message", "hi", "-message", "again", "-json"}, &out, &errOut); code != 0 {
+		t.Fatalf("produce: exit %d: %s", code, errOut.String())
+	}
+	if n := strings.Count(out.String(), `"id":"`); n != 2 {
+		t.Fatalf("produce printed %d ids: %s", n, out.String())
+	}
+	ctx := context.Background()
+	f := produceFlags{conn: connFlags{endpoint: ep, timeout: 3 * time.Second}, topic: "chat", litePerLine: true, concurrency: 2, props: kvList{}}
+	out.Reset()
+	if code := produce(ctx, f, strings.NewReader("bob\tone\ncarol\ttwo\n"), &out, &errOut); code != 0 {
+		t.Fatalf("produce from stdin: exit %d: %s", code, errOut.String())
+	}
+
+	out.Reset()
+	if code := run([]string{"consume", "-endpoint", ep, "-topic", "chat", "-group", "chat-g", "-max", "4", "-json"}, &out, &errOut); code != 0 {
+		t.Fatalf("consume: exit %d: %s", code, errOut.String())
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m struct {
+			Lite   string          `json:"lite_topic"`
+			Body   string          `json:"body"`
+			Handle json.RawMessage `json:"handle"`
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		got[m.Body] = m.Lite
+		if !bytes.Contains(m.Handle, []byte(`"v":1`)) {
+			t.Errorf("handle not in its JSON form: %s", m.Handle)
+		}
+	}
+	want := map[string]string{"hi": "alice", "again": "alice", "one": "bob", "two": "carol"}
+	for body, lite := range want {
+		if got[body] != lite {
+			t.Errorf("body %q: lite topic %q, want %q (got %v)", body, got[body], lite, got)
+		}
+	}
+	out.Reset()
+	if code := run([]string{"consume", "-endpoint", ep, "-topic", "chat", "-group", "chat-g", "-idle", "1s"}, &out, &errOut); code != 0 || out.Len() != 0 {
+		t.Fatalf("second consume: exit %d, printed %q", code, out.String())
+	}
+}
+
+// TestCLIErrorsAndExitCodes: usage errors, an unreachable endpoint and an
+// unknown group get the documented exit codes and say what is wrong.
+func TestCLIErrorsAndExitCodes(t *testing.T) {
+	s := fakeForCLI(t)
+	cases := []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"produce", "-topic", "chat"}, exitUsage, "-endpoint"},
+		{[]string{"consume", "-endpoint", s.Addr(), "-topic", "chat", "-group", "chat-g", "-ack", "sometimes"}, exitUsage, "-ack"},
+		{[]string{"consume", "-endpoint", "nohost", "-topic", "chat", "-group", "chat-g"}, exitUsage, "Endpoints"},
+		{[]string{"produce", "-endpoint", "127.0.0.1:1", "-timeout", "500ms", "-topic", "chat", "-message", "x"}, exitUnreachable, "broker up"},
+		{[]string{"consume", "-endpoint", s.Addr(), "-topic", "chat", "-group", "no-such-group"}, exitNotFound, "no-such-group"},
+	}
+	for _, c := range cases {
+		var out, errOut bytes.Buffer
+		code := run(c.args, &out, &errOut)
+		if code != c.code || !strings.Contains(errOut.String(), c.says) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errOut.String(), c.code, c.says)
+		}
+	}
+}
+
+// TestHelpIsTrueToTheCode: every command's help lists each of its flags and
+// examples, and each example parses.
+func TestHelpIsTrueToTheCode(t *testing.T) {
+	for _, cmd := range []struct {
+		name     string
+		examples []example
+	}{{"produce", produceExamples}, {"consume", consumeExamples}, {"demo", demoExamples}} {
+		var out bytes.Buffer
+		if code := run([]string{"help", cmd.name}, &out, io.Discard); code != 0 {
+			t.Fatalf("help %s: exit %d", cmd.name, code)
+		}
+		for _, e := range cmd.examples {
+			if !strings.Contains(out.String(), e.what) {
+				t.Errorf("help %s misses example %q", cmd.name, e.what)
+			}
+		}
+		for _, want := range []string{"-endpoint", "-json", "Exit codes"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("help %s misses %q", cmd.name, want)
+			}
+		}
+		for _, e := range cmd.examples {
+			// Run the example's flags through the real command with -help
+			// appended: they must get past flag parsing.
+			args := removeShell(append(strings.Fields(strings.ReplaceAll(e.args, "'", "")), "-help"))
+			var o bytes.Buffer
+			if code := run(append([]string{cmd.name}, args...), &o, &o); code != 0 {
+				t.Errorf("example %q of %s does not parse: %s", e.args, cmd.name, o.String())
+			}
+		}
+	}
+}
+
+// removeShell drops shell syntax (pipes, redirections) from an example.
+func removeShell(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		switch args[i] {
+		case "|", "<", ">":
+			i++ // and the word after it
+			for i+1 < len(args) && args[i+1] != "-help" && !strings.HasPrefix(args[i+1], "-") {
+				i++
+			}
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
+// TestDemoOnEmbeddedEmulator runs a small demo through the command.
+func TestDemoOnEmbeddedEmulator(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "demo.svg")
+	var out, errOut bytes.Buffer
+	code := run([]string{"demo", "-sessions", "4", "-hot", "60", "-model-call", "2ms", "-chart", chart, "-json"}, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("demo: exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), `"throttled":true`) || !strings.Contains(out.String(), `"throttled":false`) {
+		t.Errorf("demo output lacks both runs: %s", out.String())
+	}
+	b, err := os.ReadFile(chart)
+	if err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
+		t.Errorf("chart: %v %q", err, b)
+	}
+}

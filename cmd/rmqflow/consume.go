@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/client"
+)
+
+const consumeUsage = `Usage: rmqflow consume -topic TOPIC -group GROUP [flags]
+
+Receives messages with an rmqflow Source and prints them: the body per line,
+or with -json one JSON line per message (topic, lite_topic, message_id, tag,
+keys, properties, delivery_attempt, body, and the receipt handle as JSON so
+that another process can ack it). It stops after -max messages, after -idle
+without a message, or on SIGINT/SIGTERM, and gives back what it fetched but did
+not print.
+
+-mode lite (the default) reads a LITE main topic through a wildcard lite group;
+-mode simple reads a normal topic with a -tag or -sql filter.
+
+-ack chooses what happens after a message is printed: after-print (the
+default) acks it, never leaves it to come back when its invisibility ends, and
+defer makes it invisible for -defer and then delivered again.
+
+Flags:
+`
+
+var consumeExamples = []example{
+	{"-topic chat -group chat-workers", "print every lite message, acking each"},
+	{"-mode simple -topic orders -group billing -tag 'paid||refunded' -max 10", "ten tagged messages of a normal topic"},
+	{"-topic chat -group chat-workers -ack never -json | jq .body", "peek without acking, as JSON lines"},
+	{"-topic chat -group chat-workers -ack defer -defer 30s", "print and push each message back by 30 s"},
+}
+
+type consumeFlags struct {
+	conn       connFlags
+	mode       string
+	topic      string
+	group      string
+	tag        string
+	sql        string
+	ack        string
+	deferFor   time.Duration
+	max        int
+	idle       time.Duration
+	invisible  time.Duration
+	concurrent int
+	json       bool
+}
+
+func runConsume(args []string, stdout, stderr io.Writer) int {
+	var f consumeFlags
+	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	f.conn.register(fs, "broker gRPC `host:port` (required)")
+	fs.StringVar(&f.mode, "mode", "lite", "`lite` (LITE main topic, wildcard group) or simple (normal topic)")
+	fs.StringVar(&f.topic, "topic", "", "`topic` to read (required)")
+	fs.StringVar(&f.group, "group", "", "consumer `group` (required)")
+	fs.StringVar(&f.tag, "tag", "", "TAG filter `expression` (simple mode), e.g. 'a||b'")
+	fs.StringVar(&f.sql, "sql", "", "SQL92 filter `expression` (simple mode)")
+	fs.StringVar(&f.ack, "ack", "after-print", "after-print, never or defer")
+	fs.DurationVar(&f.deferFor, "defer", 30*time.Second, "invisibility given by -ack defer")
+	fs.IntVar(&f.max, "max", 0, "stop after `N` messages (0: no limit)")
+	fs.DurationVar(&f.idle, "idle", 0, "stop after this long without a message (0: never)")
+	fs.DurationVar(&f.invisible, "invisible", rmqflow.DefaultInvisibleDuration, "invisible duration of received messages (10s..12h)")
+	fs.IntVar(&f.concurrent, "fetch-concurrency", 1, "long-polling goroutines")
+	fs.BoolVar(&f.json, "json", false, "JSON lines instead of bodies")
+	if done, code := parseFlags(fs, args, stdout, consumeUsage, consumeExamples); done {
+		return code
+	}
+	if f.conn.endpoint == "" || f.topic == "" || f.group == "" {
+		fmt.Fprintln(stderr, "rmqflow consume: -endpoint (or RMQFLOW_ENDPOINT), -topic and -group are required")
+		return exitUsage
+	}
+	if f.ack != "after-print" && f.ack != "never" && f.ack != "defer" {
+		fmt.Fprintf(stderr, "rmqflow consume: -ack %q: want after-print, never or defer\n", f.ack)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return consume(ctx, f, stdout, stderr)
+}
+
+func consume(ctx context.Context, f consumeFlags, stdout, stderr io.Writer) int {
+	cfg := rmqflow.SourceConfig{Connection: f.conn.connection(), FetchConcurrency: f.concurrent, InvisibleDuration: f.invisible,
+		AwaitDuration: 10 * time.Second}
+	switch f.mode {
+	case "lite":
+		cfg.Lite = []rmqflow.LiteBinding{{Topic: f.topic, Group: f.group}}
+	case "simple":
+		cfg.Mode, cfg.Topic, cfg.Group = rmqflow.ModeSimple, f.topic, f.group
+		if f.tag != "" {
+			cfg.Filter = client.TagFilter(f.tag)
+		}
+		if f.sql != "" {
+			cfg.Filter = client.SQLFilter(f.sql)
+		}
+	default:
+		fmt.Fprintf(stderr, "rmqflow consume: -mode %q: want lite or simple\n", f.mode)
+		return exitUsage
+	}
+	src, err := rmqflow.NewSource(cfg, rmqflow.BytesDecoder())
+	if err != nil {
+		return fail(stderr, "consume", err)
+	}
+	if err := src.Start(ctx); err != nil {
+		_ = src.Close(context.WithoutCancel(ctx))
+		return fail(stderr, "consume", err)
+	}
+	defer src.Close(context.WithoutCancel(ctx))
+	acker := src.Acker()
+	prog := newProgress(stderr, f.json || !isTerminal(stdout))
+	count, failures := 0, 0
+	for f.max == 0 || count < f.max {
+		nctx, cancel := ctx, context.CancelFunc(func() {})
+		if f.idle > 0 {
+			nctx, cancel = context.WithTimeout(ctx, f.idle)
+		}
+		m, err := src.Next(nctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rmqflow.ErrSourceClosed) {
+				break // interrupted, or idle long enough
+			}
+			return fail(stderr, "consume", err)
+		}
+		count++
+		printMessage(stdout, f.json, m)
+		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		switch f.ack {
+		case "after-print":
+			err = acker.Ack(actx, m.Handle)
+		case "defer":
+			_, err = acker.ChangeInvisibleDuration(actx, m.Handle, f.deferFor)
+		}
+		acancel()
+		if err != nil {
+			failures++
+			fmt.Fprintf(stderr, "rmqflow consume: %s %s: %v\n", f.ack, m.Handle.String(), err)
+		}
+		prog.update("received %d", count)
+	}
+	prog.done()
+	if failures > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+func printMessage(w io.Writer, asJSON bool, m *rmqflow.AckableMessage[[]byte]) {
+	if !asJSON {
+		fmt.Fprintln(w, string(m.Value))
+		return
+	}
+	jsonLine(w, map[string]any{
+		"topic": m.Meta.Topic, "lite_topic": m.Meta.LiteTopic, "message_id": m.Meta.MessageID, "tag": m.Meta.Tag,
+		"keys": m.Meta.Keys, "properties": m.Meta.Properties, "delivery_attempt": m.Meta.DeliveryAttempt,
+		"born": m.Meta.BornTime, "dead_lettered": m.Meta.DeadLettered(), "body": string(m.Value), "handle": m.Handle,
+	})
+}
