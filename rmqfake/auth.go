@@ -24,9 +24,8 @@ type callMeta struct {
 }
 
 func metaOf(ctx context.Context) callMeta {
-	md, _ := metadata.FromIncomingContext(ctx)
 	get := func(k string) string {
-		if v := md.Get(k); len(v) > 0 {
+		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
 			return v[0]
 		}
 		return ""

@@ -1,7 +1,6 @@
 package rmqfake
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -31,7 +30,19 @@ const (
 )
 
 func (h handle) String() string {
-	return fmt.Sprintf("F1 %c %d %d %d %d %d", h.kind, h.popTime, h.invisible, h.queue, h.offset, h.seq)
+	b := make([]byte, 0, 64)
+	b = append(b, "F1 "...)
+	b = append(b, h.kind, ' ')
+	b = strconv.AppendInt(b, h.popTime, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, h.invisible, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(h.queue), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, h.offset, 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, h.seq, 10)
+	return string(b)
 }
 
 func (h handle) expired(now int64) bool { return h.popTime+h.invisible <= now }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // TopicType is the message type a topic accepts (the broker's
@@ -73,7 +74,9 @@ type message struct {
 	props     map[string]string
 	msgGroup  string
 	body      []byte
-	digest    string // upper-case hex MD5 of body
+	digest    *v2.Digest             // MD5 of body, as the proxy sends it
+	bornTS    *timestamppb.Timestamp // born, rendered once (shared read-only by deliveries)
+	storedTS  *timestamppb.Timestamp
 	mtype     v2.MessageType
 	born      time.Time
 	bornHost  string

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // filter is a TAG filter; a nil set matches every message.
@@ -353,6 +354,7 @@ func (b *broker) deadLetter(g *group, m *message) {
 	b.seq++
 	cp := *m
 	cp.seq, cp.topic, cp.stored, cp.hoffset, cp.reconsume = b.seq, k, b.clock.Now(), -1, 0
+	cp.storedTS = timestamppb.New(cp.stored)
 	b.append(t, []*message{&cp})
 	t.sent++
 	if m.lite == "" {

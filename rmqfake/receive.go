@@ -192,20 +192,17 @@ func (b *broker) toProto(d delivered, storeHost string) *v2.Message {
 	sp := &v2.SystemProperties{
 		Keys:            m.keys,
 		MessageId:       m.id,
-		BodyDigest:      &v2.Digest{Type: v2.DigestType_MD5, Checksum: m.digest},
+		BodyDigest:      m.digest,
 		BodyEncoding:    v2.Encoding_IDENTITY,
 		MessageType:     m.mtype,
-		BornTimestamp:   timestamppb.New(m.born),
+		BornTimestamp:   m.bornTS,
 		BornHost:        m.bornHost,
-		StoreTimestamp:  timestamppb.New(m.stored),
+		StoreTimestamp:  m.storedTS,
 		StoreHost:       storeHost,
 		ReceiptHandle:   ptr(d.handle.String()),
 		QueueId:         m.queueID,
 		QueueOffset:     ptr(d.handle.offset),
 		DeliveryAttempt: ptr(d.attempt),
-	}
-	if m.born.IsZero() {
-		sp.BornTimestamp = &timestamppb.Timestamp{}
 	}
 	if m.tag != "" {
 		sp.Tag = ptr(m.tag)

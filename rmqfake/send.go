@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // send stores the messages of one SendMessage request, as the 5.5.0 proxy
@@ -31,6 +32,7 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 		b.seq++
 		m.seq = b.seq
 		m.stored = now
+		m.storedTS = timestamppb.New(now)
 		m.topic = t.key
 		m.hoffset = -1
 		if m.lite != "" {
@@ -256,7 +258,11 @@ func (b *broker) buildMessage(pm *v2.Message, ns, peer string) (*message, *failu
 		m.lite = lt
 	}
 	sum := md5.Sum(body)
-	m.digest = strings.ToUpper(hex.EncodeToString(sum[:]))
+	m.digest = &v2.Digest{Type: v2.DigestType_MD5, Checksum: strings.ToUpper(hex.EncodeToString(sum[:]))}
+	m.bornTS = timestamppb.New(m.born)
+	if m.born.IsZero() {
+		m.bornTS = &timestamppb.Timestamp{}
+	}
 	return m, nil
 }
 
