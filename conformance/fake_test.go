@@ -11,10 +11,6 @@ import (
 // the fixtures the real broker gets (scripts/rocketmq/fixtures.txt) and the
 // real clock: the scenarios are the same, unchanged.
 func TestFake(t *testing.T) {
-	fixtures, err := rmqfake.ProjectFixtures()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := rmqfake.NewForTest(t, rmqfake.WithFixtures(fixtures...))
+	s := rmqfake.NewForTest(t, rmqfake.WithProjectFixtures())
 	conformance.Run(t, conformance.Target{Name: "rmqfake", Endpoint: s.Addr()})
 }

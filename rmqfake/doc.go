@@ -38,9 +38,9 @@
 //	s.CreateGroup("agents-g", rmqfake.LiteBind("agents"), rmqfake.Wildcard())
 //	c, _ := client.New(client.Config{Endpoints: s.Addr()})
 //
-// [ProjectFixtures] reads scripts/rocketmq/fixtures.txt so that a test can
-// run against rmqfake with the fixtures of the real broker; [AutoCreate]
-// creates topics and groups on first use instead.
+// [WithProjectFixtures] creates the fixtures of scripts/rocketmq/fixtures.txt
+// so that a test can run against rmqfake as against the real broker `make
+// test` starts; [AutoCreate] creates topics and groups on first use instead.
 //
 // # Time
 //

@@ -19,7 +19,7 @@ func TestProjectFixtures(t *testing.T) {
 	if want := strings.Count(string(raw), "\ntopic ") + strings.Count(string(raw), "\ngroup "); len(fs) != want {
 		t.Fatalf("%d fixtures, the file has %d topic and group lines", len(fs), want)
 	}
-	s := rmqfake.NewForTest(t, rmqfake.WithFixtures(fs...))
+	s := rmqfake.NewForTest(t, rmqfake.WithProjectFixtures())
 	st := s.Stats()
 	for _, fx := range fs {
 		if fx.Group {

@@ -47,6 +47,7 @@ type config struct {
 	logger   *slog.Logger
 	// fastDispatch: see FastLiteDispatch.
 	fastDispatch bool
+	project      bool
 }
 
 // Option configures a Server.
@@ -83,6 +84,11 @@ func WithFixtures(fs ...Fixture) Option {
 	return func(c *config) { c.fixtures = append(c.fixtures, fs...) }
 }
 
+// WithProjectFixtures creates, at start, the topics and groups of
+// scripts/rocketmq/fixtures.txt (see ProjectFixtures): the fixtures the
+// project's tests use on the real broker. New fails if the file is not found.
+func WithProjectFixtures() Option { return func(c *config) { c.project = true } }
+
 // Logger sets where the server logs (nil: discard).
 func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
@@ -94,6 +100,13 @@ func New(opts ...Option) (*Server, error) {
 	}
 	if cfg.clock == nil {
 		cfg.clock = RealClock()
+	}
+	if cfg.project {
+		fs, err := ProjectFixtures()
+		if err != nil {
+			return nil, err
+		}
+		cfg.fixtures = append(fs, cfg.fixtures...)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
