@@ -21,9 +21,10 @@ const DefaultLeaseMaxExtension = time.Hour
 // service) is frozen at what it was then: this process cannot tell its new
 // holder about later handles, and the holder cannot tell this process it
 // acked, so the lease goes on renewing it until MaxExtension. On RocketMQ
-// 5.5.0 the frozen handle still acks (docs/broker-semantics.md, scenario d);
-// keep leases off for messages that leave the process, or keep MaxExtension
-// short.
+// 5.5.0 the frozen handle still acks a lite message, but on a normal topic an
+// ack with a handle older than the last renewal answers OK and does not take
+// (docs/broker-semantics.md, scenario d): keep leases off for messages that
+// leave the process.
 type LeaseConfig struct {
 	// Enabled turns leases on. Off by default.
 	Enabled bool

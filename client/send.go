@@ -33,9 +33,10 @@ type SendResult struct {
 // results.
 //
 // Normal, FIFO and delayed messages go in one SendMessage RPC. Lite messages
-// go one per RPC, concurrently: RocketMQ 5.5.0 accepts a multi-message request
-// of lite messages with OK but never dispatches them to their lite topics
-// (docs/broker-semantics.md, scenario k).
+// go one per RPC — in order within a lite topic, concurrently across lite
+// topics: RocketMQ 5.5.0 accepts a multi-message request of lite messages with
+// OK but never dispatches them to their lite topics (docs/broker-semantics.md,
+// scenario k).
 func (c *Client) Send(ctx context.Context, msgs ...*Message) ([]SendResult, error) {
 	if len(msgs) > 1 && hasLite(msgs) {
 		return c.sendEach(ctx, msgs)
@@ -52,25 +53,37 @@ func hasLite(msgs []*Message) bool {
 	return false
 }
 
-// sendEach sends every message in its own RPC, at most 16 at a time. A
-// request-level failure of one message becomes that message's Err.
+// sendEach sends every message in its own RPC. Messages of one lite topic go
+// one after another, in order (a lite topic is consumed FIFO); different lite
+// topics go concurrently, at most 16 at a time. A request-level failure of one
+// message becomes that message's Err.
 func (c *Client) sendEach(ctx context.Context, msgs []*Message) ([]SendResult, error) {
 	if err := validateBatch(msgs); err != nil {
 		return nil, err
 	}
 	out := make([]SendResult, len(msgs))
+	var order []string
+	byLite := map[string][]int{}
+	for i, m := range msgs {
+		if _, ok := byLite[m.LiteTopic]; !ok {
+			order = append(order, m.LiteTopic)
+		}
+		byLite[m.LiteTopic] = append(byLite[m.LiteTopic], i)
+	}
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
-	for i, m := range msgs {
+	for _, lite := range order {
+		idx := byLite[lite]
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			res, err := c.sendBatch(ctx, []*Message{m})
-			switch {
-			case err != nil:
-				out[i].Err = err
-			default:
+			for _, i := range idx {
+				res, err := c.sendBatch(ctx, []*Message{msgs[i]})
+				if err != nil {
+					out[i].Err = err
+					continue
+				}
 				out[i] = res[0]
 			}
 		}()

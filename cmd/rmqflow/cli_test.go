@@ -16,6 +16,7 @@ import (
 
 func fakeForCLI(t *testing.T) *rmqfake.Server {
 	t.Helper()
+	t.Setenv("RMQFLOW_ENDPOINT", "") // the commands must not fall back to a real broker
 	s := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
 	if err := s.CreateTopic("chat", rmqfake.TopicLite); err != nil {
 		t.Fatal(err)
@@ -158,6 +159,7 @@ func removeShell(args []string) []string {
 
 // TestDemoOnEmbeddedEmulator runs a small demo through the command.
 func TestDemoOnEmbeddedEmulator(t *testing.T) {
+	t.Setenv("RMQFLOW_ENDPOINT", "127.0.0.1:1") // ignored by demo: only -endpoint counts
 	chart := filepath.Join(t.TempDir(), "demo.svg")
 	var out, errOut bytes.Buffer
 	code := run([]string{"demo", "-sessions", "4", "-hot", "60", "-model-call", "2ms", "-chart", chart, "-json"}, &out, &errOut)

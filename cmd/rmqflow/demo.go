@@ -26,8 +26,10 @@ acked, deferred, p50/p99 latency from birth to ack) and writes an SVG chart of
 the cold sessions' latency in both runs.
 
 By default it runs on the embedded emulator (rmqfake): no Java, no setup.
-With -endpoint it runs against a real broker, on -topic (a LITE main topic)
-and -group (a wildcard lite group bound to it), which must exist.
+With -endpoint (the flag only: RMQFLOW_ENDPOINT is ignored here) it runs
+against a real broker, on -topic (a LITE main topic) and -group (a wildcard
+lite group bound to it), which must exist; scripts/rocketmq/fixtures.txt
+creates rmqflow-demo and rmqflow-demo-g.
 
 Flags:
 `
@@ -35,7 +37,7 @@ Flags:
 var demoExamples = []example{
 	{"", "run on the embedded emulator and write rmqflow-demo.svg"},
 	{"-sessions 50 -hot 1000 -chart /tmp/demo.svg", "a bigger flood"},
-	{"-endpoint 127.0.0.1:18081 -topic rmqflow-lite-e2e -group rmqflow-lite-e2e-g", "against a real broker"},
+	{"-endpoint 127.0.0.1:18081", "against a real broker (make rocketmq-up creates the demo's topic and group)"},
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
@@ -49,6 +51,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	conn.register(fs, "a real broker's gRPC `host:port`; empty runs the embedded emulator")
+	conn.endpoint = "" // the demo reaches a real broker only through the flag, never RMQFLOW_ENDPOINT
 	fs.StringVar(&topic, "topic", "rmqflow-demo", "LITE main `topic`")
 	fs.StringVar(&group, "group", "rmqflow-demo-g", "wildcard lite `group` bound to -topic")
 	fs.IntVar(&sessions, "sessions", 24, "cold sessions (lite topics)")

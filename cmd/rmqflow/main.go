@@ -3,6 +3,7 @@
 //	rmqflow demo [flags]     fair per-lite-topic throttling, shown on the emulator
 //	rmqflow produce [flags]  send messages
 //	rmqflow consume [flags]  print messages; ack, defer or leave them
+//	rmqflow bench [flags]    rmqflow against the official clients, ratios
 //	rmqflow broker [flags]   run rmqfake, the embedded RocketMQ 5 emulator
 //	rmqflow version          print the version
 //	rmqflow help [command]   show help
@@ -32,6 +33,7 @@ func commands() []command {
 		{"demo", "show fair per-lite-topic throttling on the embedded emulator (or a real broker)", runDemo},
 		{"produce", "send messages from flags, a file or stdin", runProduce},
 		{"consume", "print messages from a source; ack, defer or leave them", runConsume},
+		{"bench", "measure rmqflow against the official clients on one broker (in a checkout)", runBench},
 		{"broker", "run rmqfake, the embedded RocketMQ 5 emulator, as a standalone server", runBroker},
 		{"version", "print the version", runVersion},
 		{"help", "show help for rmqflow or one of its commands", runHelp},
