@@ -9,10 +9,11 @@ test:
 unit:
 	RMQFLOW_SKIP_REAL_BROKER=1 go test -count=1 ./...
 
-# The benchmark harness: rmqflow against the official Go client on the real
-# broker, ratios printed (see bench/).
+# The benchmark harness on a real broker it starts: rmqflow against the raw
+# ceiling, the official Go client and the official Java client, ratios
+# printed (rmqflow bench), then the RSS with 10,000 messages in flight.
 bench:
-	scripts/with-broker.sh sh -c 'cd bench && RMQFLOW_BENCH=1 go test -count=1 -run "TestCompare|TestRSS" -v -timeout 30m ./... | grep -v "^=== "'
+	scripts/with-broker.sh sh -c 'go run ./cmd/rmqflow bench -endpoint "$$RMQFLOW_ENDPOINT" -report .cache/bench/report.md -chart .cache/bench/benchmarks.svg && cd bench && RMQFLOW_BENCH=1 go test -count=1 -run TestRSS10kInFlight -v ./... | grep -v "^=== "'
 
 # Start (idempotent) / stop the real broker by hand; `up` prints the endpoint.
 rocketmq-up:

@@ -1,0 +1,32 @@
+// Package bench holds the benchmark peers (peer/, java/) that `rmqflow bench`
+// runs side by side on one broker, and the tests that check them and measure
+// memory. It is its own module so that the official clients' dependencies stay
+// out of the core module. Its tests skip unless RMQFLOW_BENCH=1:
+//
+//	RMQFLOW_ENDPOINT=127.0.0.1:18081 RMQFLOW_BENCH=1 go test -run 'TestPeers|TestRSS' -v ./...
+//
+// `make bench` runs `rmqflow bench` and TestRSS10kInFlight against a broker it
+// starts.
+package bench
+
+import (
+	"os"
+	"testing"
+
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
+)
+
+const (
+	benchTopic    = "rmqflow-normal-bench"
+	officialGroup = "rmqflow-normal-bench-official-g"
+	bodySize      = 1024
+)
+
+func endpoint(t testing.TB) string {
+	if os.Getenv("RMQFLOW_BENCH") != "1" {
+		t.Skip("benchmark harness: set RMQFLOW_BENCH=1 (make bench does)")
+	}
+	return rmqtest.Endpoint(t)
+}
+
+func isRun(keys []string, run string) bool { return len(keys) == 1 && keys[0] == run }
