@@ -3,6 +3,7 @@ package rmqflow_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,5 +113,63 @@ func TestSourceBrokenReceiveStreams(t *testing.T) {
 	}
 	if st := s.Stats(); st.Held != 0 {
 		t.Errorf("the broker still holds %d messages", st.Held)
+	}
+}
+
+// TestRunnerShutdownFinish: in ShutdownFinish mode a runner stopped with
+// messages fetched handles all of them before Run returns.
+func TestRunnerShutdownFinish(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	s := fakeLite(t)
+	ctx := rmqtest.Context(t, time.Minute)
+	conn := rmqflow.Connection{Endpoints: s.Addr()}
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	for i := 0; i < n; i++ {
+		if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: fmt.Sprintf("f-%d", i), Body: []byte("x")}).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = sink.Close(ctx)
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
+		AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, release := make(chan struct{}), make(chan struct{})
+	var handled atomic.Int32
+	r, err := rmqflow.NewRunner(src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		if handled.Add(1) == 1 {
+			close(first)
+			<-release // hold the only worker until the shutdown has begun
+		}
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 1, Shutdown: rmqflow.ShutdownFinish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	<-first
+	// Wait until the source has fetched everything, then stop.
+	// (The wait re-checks whenever a long poll parks, which a source with
+	// nothing left to fetch does.)
+	if err := s.WaitFor(ctx, func(st rmqfake.Stats) bool { return st.Groups["g"].Backlog == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if got := handled.Load(); got != 1 {
+		t.Fatalf("%d messages handled before the shutdown began, want 1", got)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("runner: %v", err)
+	}
+	if handled.Load() != n {
+		t.Fatalf("handled %d of %d fetched messages before returning", handled.Load(), n)
 	}
 }
