@@ -128,6 +128,27 @@ wait_port() {
   done
 }
 
+# wait_log waits for a line in a JVM's console output.
+wait_log() {
+  local file=$1 text=$2 what=$3 pidname=$4 deadline=$((SECONDS + RMQ_START_TIMEOUT))
+  until grep -q "$text" "$file" 2>/dev/null; do
+    pid_alive "$pidname" || { logs; die "$what exited before logging \"$text\""; }
+    [ $SECONDS -lt $deadline ] || { logs; die "$what did not log \"$text\" within ${RMQ_START_TIMEOUT}s"; }
+    sleep 0.5
+  done
+}
+
+# wait_port_quiet waits for a port; it fails (without dying) when the process
+# exits first.
+wait_port_quiet() {
+  local port=$1 pidname=$2 deadline=$((SECONDS + RMQ_START_TIMEOUT))
+  until port_open "$port"; do
+    pid_alive "$pidname" || return 1
+    [ $SECONDS -lt $deadline ] || { logs; die "$pidname did not open port $port within ${RMQ_START_TIMEOUT}s"; }
+    sleep 0.5
+  done
+}
+
 up() {
   fetch
   if pid_alive proxy && port_open "$RMQ_GRPC_PORT"; then
@@ -142,8 +163,20 @@ up() {
     wait_port "$RMQ_NAMESRV_PORT" "name server" namesrv
     pid_alive broker || jvm broker org.apache.rocketmq.broker.BrokerStartup -c "$run/conf/broker.conf"
     wait_port "$RMQ_BROKER_PORT" "broker" broker
-    jvm proxy org.apache.rocketmq.proxy.ProxyStartup -pm cluster -pc "$run/conf/rmq-proxy.json" -n "$namesrv_addr"
-    wait_port "$RMQ_GRPC_PORT" "proxy" proxy
+    wait_log "$run/broker.out" "boot success" "broker" broker
+    # The proxy exits when the broker's cluster is not yet in the name server's
+    # routes ("No topic route info ... DefaultCluster"); the registration
+    # follows the broker's boot by a moment, so give the proxy a few tries.
+    local try
+    for try in 1 2 3 4 5; do
+      jvm proxy org.apache.rocketmq.proxy.ProxyStartup -pm cluster -pc "$run/conf/rmq-proxy.json" -n "$namesrv_addr"
+      if wait_port_quiet "$RMQ_GRPC_PORT" proxy; then
+        break
+      fi
+      [ "$try" -lt 5 ] || { logs; die "proxy did not start after $try tries"; }
+      log "proxy exited before its port opened (try $try); retrying"
+      sleep 2
+    done
     log "started in $((SECONDS - t0))s"
   fi
   fixtures
