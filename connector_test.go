@@ -169,7 +169,6 @@ func TestQueuedMessagesAreRenewed(t *testing.T) {
 	const topic, group = "rmqflow-lite-renew", "rmqflow-lite-renew-g"
 	const n = 20
 	run := rmqtest.Unique("renew")
-	produce(t, topic, run, n, n) // one message per lite topic: no FIFO blocking
 	src, err := rmqflow.NewSource(rmqflow.SourceConfig{
 		Connection: conn(t), Lite: []rmqflow.LiteBinding{{Topic: topic, Group: group}},
 		InvisibleDuration: 10 * time.Second, RenewalAheadTime: 4 * time.Second, AwaitDuration: 5 * time.Second,
@@ -182,6 +181,10 @@ func TestQueuedMessagesAreRenewed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close(context.Background())
+	// Produce once subscribed: a backlog that predates the subscription would
+	// wait for the broker's full dispatch (scenario m). One message per lite
+	// topic: no FIFO blocking.
+	produce(t, topic, run, n, n)
 	// Wait for the source to hold every message of the run (strays of earlier
 	// runs may be queued too; they are acked below).
 	waitFor(t, 30*time.Second, func() bool { return src.QueueLen() >= n })

@@ -24,9 +24,9 @@ type entry struct {
 	taken     bool
 }
 
-// queue is the source's bounded FIFO. Fetchers reserve room for a whole batch
-// before polling, so the queue never holds more than its capacity and a full
-// queue stops receiving.
+// queue is the source's bounded FIFO. Fetchers reserve room before polling
+// and ask the broker for no more than they reserved, so the queue never holds
+// more than its capacity and a full queue stops receiving.
 type queue struct {
 	mu       sync.Mutex
 	items    []*entry
@@ -42,24 +42,26 @@ func newQueue(capacity int) *queue {
 	return &queue{cap: capacity, notEmpty: make(chan struct{}), notFull: make(chan struct{})}
 }
 
-// reserve waits until n slots are free and reserves them.
-func (q *queue) reserve(ctx context.Context, n int) bool {
+// reserve waits until at least one slot is free and reserves up to n of
+// them; it returns how many it reserved, 0 when the queue closed or ctx ended.
+func (q *queue) reserve(ctx context.Context, n int) int {
 	for {
 		q.mu.Lock()
 		if q.closed || q.drain {
 			q.mu.Unlock()
-			return false
+			return 0
 		}
-		if len(q.items)+q.reserved+n <= q.cap {
-			q.reserved += n
+		if free := q.cap - len(q.items) - q.reserved; free > 0 {
+			got := min(n, free)
+			q.reserved += got
 			q.mu.Unlock()
-			return true
+			return got
 		}
 		wait := q.notFull
 		q.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return false
+			return 0
 		case <-wait:
 		}
 	}

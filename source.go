@@ -282,15 +282,18 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		LongPollingTimeout: s.cfg.AwaitDuration,
 	}
 	for {
-		// Reserve room for a whole batch first: a full queue stops receiving.
-		if !s.q.reserve(ctx, s.cfg.MaxMessageNum) {
+		// Reserve room first and ask for no more: a full queue stops
+		// receiving.
+		room := s.q.reserve(ctx, s.cfg.MaxMessageNum)
+		if room == 0 {
 			return
 		}
+		req.BatchSize = room
 		t0 := time.Now()
 		msgs, err := b.c.Receive(ctx, req)
 		now := time.Now()
 		s.metrics.receiveLatency(ctx, now.Sub(t0))
-		s.q.put(s.entries(b, msgs, t0), s.cfg.MaxMessageNum)
+		s.q.put(s.entries(b, msgs, t0), room)
 		s.metrics.fetched(ctx, len(msgs), b)
 		if err != nil {
 			if ctx.Err() != nil {
