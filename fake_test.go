@@ -25,6 +25,27 @@ func fakeLite(t *testing.T) *rmqfake.Server {
 	return s
 }
 
+// startPair starts a lite source on "main"/"g" and a sink to "main"; both are
+// closed at test end (before the leak check, which is registered first).
+func startPair(t *testing.T, ctx context.Context, conn rmqflow.Connection) (*rmqflow.Source[string], *rmqflow.Sink) {
+	t.Helper()
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
+		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = src.Close(context.Background()) })
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sink.Close(context.Background()) })
+	return src, sink
+}
+
 // sendAndTake sends n messages over n lite topics named prefix-i, takes n
 // messages from src and acks each; it returns the bodies taken.
 func sendAndTake(t *testing.T, ctx context.Context, sink *rmqflow.Sink, src *rmqflow.Source[string], prefix string, n int) map[string]bool {
@@ -56,22 +77,7 @@ func TestSourceSurvivesBrokerRestart(t *testing.T) {
 	rmqtest.CheckGoroutines(t)
 	s := fakeLite(t)
 	ctx := rmqtest.Context(t, time.Minute)
-	conn := rmqflow.Connection{Endpoints: s.Addr(), RequestTimeout: time.Second}
-	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
-		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close(context.Background())
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close(context.Background())
-
+	src, sink := startPair(t, ctx, rmqflow.Connection{Endpoints: s.Addr(), RequestTimeout: time.Second})
 	if got := sendAndTake(t, ctx, sink, src, "before", 10); len(got) != 10 {
 		t.Fatalf("before the restart: %d messages", len(got))
 	}
@@ -92,21 +98,7 @@ func TestSourceBrokenReceiveStreams(t *testing.T) {
 	rmqtest.CheckGoroutines(t)
 	s := fakeLite(t)
 	ctx := rmqtest.Context(t, time.Minute)
-	conn := rmqflow.Connection{Endpoints: s.Addr()}
-	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
-		AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close(context.Background())
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Close(context.Background())
+	src, sink := startPair(t, ctx, rmqflow.Connection{Endpoints: s.Addr()})
 	s.BreakReceiveStreams(3)
 	if got := sendAndTake(t, ctx, sink, src, "broken", 20); len(got) != 20 {
 		t.Fatalf("got %d of 20", len(got))
