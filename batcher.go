@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/internal/backoff"
 )
 
 type ackReq struct {
@@ -102,7 +103,7 @@ func (b *batcher) flush(batch []ackReq) {
 	}
 	ctx := context.Background()
 	b.metrics.ackBatch(ctx, len(entries))
-	bo := newBackoff(50*time.Millisecond, time.Second)
+	bo := backoff.New(50*time.Millisecond, time.Second)
 	var (
 		res []client.AckResult
 		err error
@@ -113,7 +114,7 @@ func (b *batcher) flush(batch []ackReq) {
 		if err == nil || attempt >= b.cfg.MaxAttempts || !client.IsRetriable(err) {
 			break
 		}
-		time.Sleep(bo.next())
+		time.Sleep(bo.Next())
 	}
 	for i, r := range reqs {
 		e := err

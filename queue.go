@@ -3,7 +3,6 @@ package rmqflow
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -171,31 +170,3 @@ func (q *queue) close() []*entry {
 	q.wakeFull()
 	return left
 }
-
-// sleepCtx sleeps d or until ctx ends; it reports whether d elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// backoff doubles from min to max with up to 25% jitter.
-type backoff struct{ min, max, cur time.Duration }
-
-func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	return b.cur - time.Duration(rand.Int64N(int64(b.cur/4)+1))
-}
-
-func (b *backoff) reset() { b.cur = 0 }

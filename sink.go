@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/internal/backoff"
 )
 
 // Defaults of SinkConfig.
@@ -254,7 +255,7 @@ func (s *Sink) worker() {
 func (s *Sink) send(batch []pendingSend) {
 	ctx := context.Background()
 	todo := batch
-	bo := newBackoff(200*time.Millisecond, 5*time.Second)
+	bo := backoff.New(200*time.Millisecond, 5*time.Second)
 	for attempt := 1; len(todo) > 0; attempt++ {
 		msgs := make([]*client.Message, len(todo))
 		for i, p := range todo {
@@ -287,7 +288,7 @@ func (s *Sink) send(batch []pendingSend) {
 		}
 		todo = retry
 		if len(todo) > 0 {
-			time.Sleep(bo.next())
+			time.Sleep(bo.Next())
 		}
 	}
 }

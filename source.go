@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/internal/backoff"
 )
 
 // Mode selects what a Source reads.
@@ -275,7 +276,7 @@ func (s *Source[T]) Acker() *Acker { return s.acker }
 
 // fetch is one long-polling goroutine of one binding.
 func (s *Source[T]) fetch(ctx context.Context, b *binding) {
-	bo := newBackoff(100*time.Millisecond, 30*time.Second)
+	bo := backoff.New(100*time.Millisecond, 30*time.Second)
 	req := client.ReceiveRequest{
 		Group: b.group, Topic: b.topic, Filter: b.filter, Lite: b.lite,
 		BatchSize: s.cfg.MaxMessageNum, InvisibleDuration: s.cfg.InvisibleDuration,
@@ -299,14 +300,14 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 			if ctx.Err() != nil {
 				return
 			}
-			d := bo.next()
+			d := bo.Next()
 			s.log.Warn("rmqflow: receive failed; backing off", "topic", b.topic, "group", b.group, "backoff", d, "err", err)
-			if !sleepCtx(ctx, d) {
+			if !backoff.Sleep(ctx, d) {
 				return
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 	}
 }
 

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -106,11 +105,4 @@ func (c *Client) SyncLiteSubscription(ctx context.Context, req LiteSyncRequest) 
 	}
 	_, err := unary(c, ctx, "SyncLiteSubscription", c.stub.SyncLiteSubscription, pb, (*v2.SyncLiteSubscriptionResponse).GetStatus)
 	return err
-}
-
-func randInt63n(n int64) int64 {
-	if n <= 0 {
-		return 0
-	}
-	return rand.Int64N(n)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"github.com/rmqflow/rmqflow/internal/backoff"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -238,7 +239,7 @@ func (s *Session) run(ctx context.Context) {
 		defer wg.Done()
 		s.periodic(ctx)
 	}()
-	backoff := newBackoff(100*time.Millisecond, 30*time.Second)
+	bo := backoff.New(100*time.Millisecond, 30*time.Second)
 	for ctx.Err() == nil {
 		healthy, err := s.stream(ctx)
 		if ctx.Err() != nil {
@@ -248,7 +249,7 @@ func (s *Session) run(ctx context.Context) {
 			continue
 		}
 		if healthy {
-			backoff = newBackoff(100*time.Millisecond, 30*time.Second)
+			bo.Reset()
 		}
 		s.mu.Lock()
 		s.lastErr = err
@@ -260,7 +261,7 @@ func (s *Session) run(ctx context.Context) {
 			s.firstOnce.Do(func() { close(s.firstSettings) })
 		}
 		s.c.log.Warn("rocketmq: telemetry stream broke; reopening", "group", s.cfg.Group, "err", err)
-		if !sleepCtx(ctx, backoff.next()) {
+		if !backoff.Sleep(ctx, bo.Next()) {
 			break
 		}
 	}
@@ -449,35 +450,4 @@ func permanent(err error) bool {
 		return true
 	}
 	return false
-}
-
-// sleepCtx sleeps d or until ctx ends; it reports whether the full d elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// backoff doubles from min to max, with jitter of up to a quarter.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur *= 2
-		if b.cur > b.max {
-			b.cur = b.max
-		}
-	}
-	return b.cur - time.Duration(randInt63n(int64(b.cur/4)+1))
 }
