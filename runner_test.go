@@ -139,6 +139,7 @@ func p(ds []time.Duration, q float64) time.Duration {
 // throttling. Latencies are logged for comparison, not asserted (timing
 // belongs in benchmarks).
 func TestFairShareKeepsColdLiteTopicsFlowing(t *testing.T) {
+	rmqtest.Endpoint(t) // fails (or, for local iteration, skips) before the runs
 	var fair, unfair fairRun
 	// The group returns once both parallel runs have finished.
 	t.Run("runs", func(t *testing.T) {
