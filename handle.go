@@ -38,6 +38,29 @@ type ReceiptHandle struct {
 	Handle string `json:"handle"`
 	// DeliveryAttempt is the attempt this delivery carried (1 on first).
 	DeliveryAttempt int32 `json:"deliveryAttempt"`
+
+	// owner, when set, is the in-process lease table that keeps this
+	// delivery invisible. It is never serialized: encoding a handle hands
+	// the delivery off (see forWire).
+	owner handOffer
+}
+
+// handOffer is implemented by the in-process lease table of the source that
+// emitted a handle. handOff ends the delivery's lease and returns the handle
+// with the newest broker receipt handle: from then on the delivery belongs to
+// whoever holds the encoded handle.
+type handOffer interface {
+	handOff(h ReceiptHandle) ReceiptHandle
+}
+
+// forWire is h as it leaves the process: with the newest receipt handle, its
+// lease ended, and no owner.
+func (h ReceiptHandle) forWire() ReceiptHandle {
+	if h.owner != nil {
+		h = h.owner.handOff(h)
+	}
+	h.owner = nil
+	return h
 }
 
 // ErrBadHandle is wrapped by every error decoding a ReceiptHandle.
@@ -87,6 +110,7 @@ func (h *ReceiptHandle) fields() []*string {
 // strings (endpoints, namespace, group, topic, lite topic, message id, handle)
 // and the delivery attempt, all lengths and numbers as uvarints.
 func (h ReceiptHandle) MarshalBinary() ([]byte, error) {
+	h = h.forWire()
 	if err := h.Validate(); err != nil {
 		return nil, err
 	}
@@ -157,6 +181,7 @@ type receiptHandleAlias ReceiptHandle
 
 // MarshalJSON encodes h as a JSON object with a version field "v": 1.
 func (h ReceiptHandle) MarshalJSON() ([]byte, error) {
+	h = h.forWire()
 	if err := h.Validate(); err != nil {
 		return nil, err
 	}
