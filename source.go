@@ -160,6 +160,7 @@ type Source[T any] struct {
 	q     *queue
 	pool  *AckPool
 	acker *Acker
+	clk   clock
 
 	mu       sync.Mutex
 	started  bool
@@ -186,7 +187,7 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Source[T]{cfg: cfg, dec: dec, log: cfg.logger()}
+	s := &Source[T]{cfg: cfg, dec: dec, log: cfg.logger(), clk: wallClock}
 	s.metrics = newMetrics(cfg.Meter)
 	perBinding := cfg.MaxMessageNum * cfg.FetchConcurrency
 	if cfg.Mode == ModeLite {
@@ -290,11 +291,10 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 			return
 		}
 		req.BatchSize = room
-		t0 := time.Now()
+		t0, polledAt := time.Now(), s.clk.now()
 		msgs, err := b.c.Receive(ctx, req)
-		now := time.Now()
-		s.metrics.receiveLatency(ctx, now.Sub(t0))
-		s.q.put(s.entries(b, msgs, t0), room)
+		s.metrics.receiveLatency(ctx, time.Since(t0))
+		s.q.put(s.entries(b, msgs, polledAt), room)
 		s.metrics.fetched(ctx, len(msgs), b)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -319,7 +319,7 @@ func (s *Source[T]) entries(b *binding, msgs []*client.ReceivedMessage, polledAt
 			inv = s.cfg.InvisibleDuration
 		}
 		// The poll was sent at polledAt: the broker's clock started no earlier.
-		out[i] = &entry{msg: m, bind: b, handle: m.ReceiptHandle, visibleAt: polledAt.Add(inv), receivedAt: time.Now()}
+		out[i] = &entry{msg: m, bind: b, handle: m.ReceiptHandle, visibleAt: polledAt.Add(inv), receivedAt: s.clk.now()}
 	}
 	return out
 }
@@ -446,15 +446,21 @@ func (s *Source[T]) closeClients(ctx context.Context) {
 // renewQueued renews queue-resident messages RenewalAheadTime before their
 // invisibility ends, swapping in the handle the broker returns.
 func (s *Source[T]) renewQueued(ctx context.Context) {
-	tick := time.NewTicker(s.renewTick())
-	defer tick.Stop()
+	tick := make(chan struct{}, 1)
 	for {
+		stop := s.clk.afterFunc(s.renewTick(), func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
 		select {
 		case <-ctx.Done():
+			stop()
 			return
-		case <-tick.C:
+		case <-tick:
 		}
-		due := s.q.due(time.Now().Add(s.cfg.RenewalAheadTime))
+		due := s.q.due(s.clk.now().Add(s.cfg.RenewalAheadTime))
 		for _, e := range due {
 			s.renewEntry(ctx, e)
 		}
@@ -472,7 +478,7 @@ func (s *Source[T]) renewEntry(ctx context.Context, e *entry) {
 	if e.taken {
 		return // emitted meanwhile: leases (if on) take over
 	}
-	t0 := time.Now()
+	t0 := s.clk.now()
 	h, err := e.bind.c.ChangeInvisibleDuration(ctx, client.ChangeInvisibleRequest{
 		Group: e.bind.group, Topic: e.msg.Topic, MessageID: e.msg.MessageID, ReceiptHandle: e.handle,
 		LiteTopic: e.msg.LiteTopic, InvisibleDuration: s.cfg.InvisibleDuration,
@@ -486,4 +492,17 @@ func (s *Source[T]) renewEntry(ctx context.Context, e *entry) {
 	}
 	e.handle = h
 	e.visibleAt = t0.Add(s.cfg.InvisibleDuration)
+}
+
+// clock is the source's time: the wall clock, or a test's manual clock (the
+// queue's invisibility estimates, renewal ticks and ages follow it; RPC
+// deadlines and backoffs stay in real time).
+type clock struct {
+	now       func() time.Time
+	afterFunc func(d time.Duration, f func()) (stop func() bool)
+}
+
+var wallClock = clock{
+	now:       time.Now,
+	afterFunc: func(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop },
 }
