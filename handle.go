@@ -1,11 +1,15 @@
 package rmqflow
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/rmqflow/rmqflow/client"
 )
@@ -17,8 +21,12 @@ import (
 // body: the process that acks supplies its own credentials (see AckPool).
 //
 // It has a stable, versioned binary encoding (MarshalBinary) and a JSON form
-// (MarshalJSON); both round-trip exactly and their decoders reject anything
-// malformed with an error wrapping ErrBadHandle.
+// (MarshalJSON). Both forms share one set of limits, checked by Validate in
+// both encoders and both decoders (every string field valid UTF-8 and at most
+// 64 KiB, DeliveryAttempt not negative, the fields an ack needs present), so
+// a handle that one form encodes the other encodes too, and decoding either
+// form then encoding it in the other gives the same handle. Their decoders
+// reject anything malformed with an error wrapping ErrBadHandle.
 type ReceiptHandle struct {
 	// Endpoints is the access point the message was received from,
 	// "host:port" or "host:port;host:port".
@@ -75,8 +83,21 @@ const (
 	maxHandleField = 64 << 10
 )
 
-// Validate reports whether h has every field an ack needs.
+// Validate reports whether h has every field an ack needs and is within the
+// limits both encodings share: every string field valid UTF-8 and at most
+// 64 KiB, DeliveryAttempt not negative, Endpoints parseable.
 func (h ReceiptHandle) Validate() error {
+	for i, f := range h.fields() {
+		if len(*f) > maxHandleField {
+			return fmt.Errorf("%w: %s is %d bytes, over the limit of %d", ErrBadHandle, handleFieldNames[i], len(*f), maxHandleField)
+		}
+		if !utf8.ValidString(*f) {
+			return fmt.Errorf("%w: %s is not valid UTF-8", ErrBadHandle, handleFieldNames[i])
+		}
+	}
+	if h.DeliveryAttempt < 0 {
+		return fmt.Errorf("%w: negative delivery attempt %d", ErrBadHandle, h.DeliveryAttempt)
+	}
 	var missing []string
 	if h.Endpoints == "" {
 		missing = append(missing, "endpoints")
@@ -101,6 +122,9 @@ func (h ReceiptHandle) Validate() error {
 	}
 	return nil
 }
+
+// handleFieldNames are the JSON keys of fields(), in the same order.
+var handleFieldNames = [...]string{"endpoints", "namespace", "group", "topic", "liteTopic", "messageId", "handle"}
 
 func (h *ReceiptHandle) fields() []*string {
 	return []*string{&h.Endpoints, &h.Namespace, &h.Group, &h.Topic, &h.LiteTopic, &h.MessageID, &h.Handle}
@@ -188,26 +212,111 @@ func (h ReceiptHandle) MarshalJSON() ([]byte, error) {
 	return json.Marshal(handleJSON{V: handleVersion, receiptHandleAlias: receiptHandleAlias(h)})
 }
 
-// UnmarshalJSON decodes what MarshalJSON produced; unknown fields, a missing
-// or unknown version and missing fields are errors wrapping ErrBadHandle.
+// UnmarshalJSON decodes what MarshalJSON produced: one JSON object whose keys
+// are exactly (case included) "v", the field names of MarshalJSON and
+// nothing else, each at most once, in any order; strings as strings, "v" and
+// "deliveryAttempt" as integers. Unknown, duplicate or differently cased
+// keys, a missing or unknown version, null values, trailing data and
+// anything outside Validate's limits are errors wrapping ErrBadHandle.
+//
+// json.Unmarshal checks the syntax of its whole input before it calls
+// UnmarshalJSON, so for input that is not JSON at all it returns a bare
+// *json.SyntaxError; use ParseReceiptHandleJSON to get ErrBadHandle for every
+// malformed input.
 func (h *ReceiptHandle) UnmarshalJSON(b []byte) error {
-	var j handleJSON
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&j); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadHandle, err)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: trailing data", ErrBadHandle)
-	}
-	if j.V != handleVersion {
-		return fmt.Errorf("%w: unsupported version %d", ErrBadHandle, j.V)
-	}
-	out := ReceiptHandle(j.receiptHandleAlias)
-	if err := out.Validate(); err != nil {
+	out, err := ParseReceiptHandleJSON(b)
+	if err != nil {
 		return err
 	}
 	*h = out
+	return nil
+}
+
+// ParseReceiptHandleJSON decodes the JSON form of a handle (see
+// UnmarshalJSON). Every error, a syntax error included, wraps ErrBadHandle.
+func ParseReceiptHandleJSON(b []byte) (ReceiptHandle, error) {
+	var h ReceiptHandle
+	if err := decodeHandleJSON(b, &h); err != nil {
+		return ReceiptHandle{}, fmt.Errorf("%w: %v", ErrBadHandle, err)
+	}
+	if err := h.Validate(); err != nil {
+		return ReceiptHandle{}, err
+	}
+	return h, nil
+}
+
+func decodeHandleJSON(b []byte, h *ReceiptHandle) error {
+	if !utf8.Valid(b) {
+		return errors.New("not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil {
+		return err
+	} else if tok != json.Delim('{') {
+		return fmt.Errorf("want an object, got %v", tok)
+	}
+	strs := map[string]*string{}
+	for i, f := range h.fields() {
+		strs[handleFieldNames[i]] = f
+	}
+	seen := map[string]bool{}
+	version := int64(-1)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key := tok.(string) // a key inside an object is always a string
+		if seen[key] {
+			return fmt.Errorf("duplicate key %q", key)
+		}
+		seen[key] = true
+		if tok, err = dec.Token(); err != nil {
+			return err
+		}
+		switch key {
+		case "v", "deliveryAttempt":
+			num, ok := tok.(json.Number)
+			if !ok {
+				return fmt.Errorf("%s: want an integer, got %T", key, tok)
+			}
+			n, err := strconv.ParseInt(string(num), 10, 32)
+			if err != nil {
+				return fmt.Errorf("%s: want a 32-bit integer, got %s", key, num)
+			}
+			if key == "v" {
+				version = n
+			} else {
+				h.DeliveryAttempt = int32(n)
+			}
+		default:
+			f, known := strs[key]
+			if !known {
+				return fmt.Errorf("unknown key %q", key)
+			}
+			s, ok := tok.(string)
+			if !ok {
+				if d, isDelim := tok.(json.Delim); isDelim {
+					return fmt.Errorf("%s: want a string, got %v", key, d)
+				}
+				return fmt.Errorf("%s: want a string, got %T", key, tok)
+			}
+			*f = s
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the object")
+	}
+	if version != handleVersion {
+		if version < 0 {
+			return errors.New("no version")
+		}
+		return fmt.Errorf("unsupported version %d", version)
+	}
 	return nil
 }
 
