@@ -35,7 +35,17 @@ type Verdict struct {
 	// Response answers a unary call with this message instead of handling it.
 	// It must be the method's response type. Ignored for streams.
 	Response proto.Message
+	// ErrAfter handles a unary call as usual, then fails it with this error
+	// instead of answering: the call took effect but the client sees a
+	// failure, as when a response is lost. On streams it acts as Err.
+	ErrAfter error
 }
+
+// afterError carries Verdict.ErrAfter out of decide.
+type afterError struct{ err error }
+
+func (e *afterError) Error() string { return e.err.Error() }
+func (e *afterError) Unwrap() error { return e.err }
 
 // Hook inspects a call and decides its fate. Hooks run in the order they
 // were added; the first one returning an Err or a Response decides, and the
@@ -164,6 +174,9 @@ func (s *Server) decide(ctx context.Context, call Call) (proto.Message, error) {
 		delay += v.Delay
 		if resp == nil && err == nil {
 			resp, err = v.Response, v.Err
+			if resp == nil && err == nil && v.ErrAfter != nil {
+				err = &afterError{v.ErrAfter}
+			}
 		}
 	}
 	for _, f := range faults {

@@ -2,6 +2,7 @@ package rmqfake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"strings"
@@ -33,9 +34,17 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	}()
 	m := metaOf(ctx)
 	if pm, ok := req.(proto.Message); ok {
-		r, err := s.decide(ctx, Call{Method: method, ClientID: m.clientID, Request: pm})
-		if err != nil {
-			return nil, err
+		r, derr := s.decide(ctx, Call{Method: method, ClientID: m.clientID, Request: pm})
+		var after *afterError
+		if errors.As(derr, &after) {
+			// Handle the call, then lose its response (err is the result).
+			defer func() {
+				if err == nil {
+					resp, err = nil, after.err
+				}
+			}()
+		} else if derr != nil {
+			return nil, derr
 		}
 		if r != nil {
 			return r, nil
