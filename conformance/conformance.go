@@ -45,7 +45,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."m", as in docs/broker-semantics.md
+	ID   string // "a".."o", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -65,6 +65,8 @@ var Scenarios = []Scenario{
 	{"k", "BatchSendOfLiteMessages", BatchSendOfLiteMessages},
 	{"l", "ReleaseWithZeroInvisibleDuration", ReleaseWithZeroInvisibleDuration},
 	{"m", "BacklogBeforeSubscription", BacklogBeforeSubscription},
+	{"n", "FrozenHandleAfterRenewals", FrozenHandleAfterRenewals},
+	{"o", "DeferredHeadAndSuccessors", DeferredHeadAndSuccessors},
 }
 
 // Env gives scenarios clients bound to the target.

@@ -152,7 +152,8 @@ func (b *broker) changeInvisible(gk, tk resKey, lite string, h handle, invisible
 	until := now + invisible
 	if lite != "" {
 		// The lite path keeps the pop time: the new handle differs only in its
-		// invisible time, which is why the old handle still acks (scenario d).
+		// invisible time, which is why the old handle still acks (scenario d)
+		// until its own invisible time ends (scenario n: ackOne checks it).
 		if g := b.groups[gk]; g != nil {
 			if c := b.liteCursorOf(tk, lite, g); c != nil {
 				c.ord.change(h.offset, h.popTime, until, suspend)

@@ -22,7 +22,7 @@
 // Behaviour follows what RocketMQ 5.5.0 really does, quirks included, as
 // pinned by the conformance suite (github.com/rmqflow/rmqflow/conformance) and
 // written down in docs/broker-semantics.md: the old handle still acks after
-// ChangeInvisibleDuration, a lite topic delivers one batch at a time, a
+// ChangeInvisibleDuration until its own invisibility ends, a lite topic delivers one batch at a time, a
 // deferred lite head that returns with its successors has delivery attempt 1,
 // a lite message past its retries comes back from the DLQ, a batch of lite
 // messages in one SendMessage is never delivered, a client must send
