@@ -40,15 +40,17 @@ type SessionConfig struct {
 	LongPollingTimeout time.Duration
 	// LiteWildcard makes a LiteSimpleConsumer session keep a wildcard
 	// subscription fresh: a COMPLETE_ADD of its exact lite topics (none for a
-	// pure wildcard group) for every subscribed main topic, at start and every
-	// Config.LiteSyncInterval.
+	// pure wildcard group) for every subscribed main topic, at start, every
+	// Config.LiteSyncInterval, and at once whenever the Telemetry stream
+	// reconnects (retried until it succeeds).
 	LiteWildcard bool
 }
 
 // Session is an open Telemetry stream plus the periodic work a client of a
 // given role does: heartbeats and, for lite consumers, subscription syncs. The
-// stream is re-opened with backoff when it breaks. Close it (or the Client)
-// to stop its goroutines and send NotifyClientTermination.
+// stream is re-opened with backoff (100 ms doubling to 5 s) when it breaks,
+// and a wildcard lite session then syncs its subscription again at once. Close
+// it (or the Client) to stop its goroutines and send NotifyClientTermination.
 type Session struct {
 	c   *Client
 	cfg SessionConfig
@@ -65,10 +67,14 @@ type Session struct {
 
 	firstSettings chan struct{}
 	firstOnce     sync.Once
-	cancel        context.CancelFunc
-	done          chan struct{}
-	closeOnce     sync.Once
-	closeErr      error
+	// resync is signalled when the broker answers the settings of a
+	// re-opened stream: the periodic goroutine then syncs lite
+	// subscriptions at once instead of on its next tick.
+	resync    chan struct{}
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // OpenSession opens a Telemetry stream, sends this client's settings and waits
@@ -110,6 +116,7 @@ func (c *Client) OpenSession(ctx context.Context, cfg SessionConfig) (*Session, 
 		cfg:           cfg,
 		exact:         map[string]map[string]struct{}{},
 		firstSettings: make(chan struct{}),
+		resync:        make(chan struct{}, 1),
 		cancel:        cancel,
 		done:          make(chan struct{}),
 		wireType:      v2.ClientType(cfg.Type),
@@ -239,7 +246,7 @@ func (s *Session) run(ctx context.Context) {
 		defer wg.Done()
 		s.periodic(ctx)
 	}()
-	bo := backoff.New(100*time.Millisecond, 30*time.Second)
+	bo := backoff.New(100*time.Millisecond, telemetryBackoffMax)
 	for ctx.Err() == nil {
 		healthy, err := s.stream(ctx)
 		if ctx.Err() != nil {
@@ -267,6 +274,11 @@ func (s *Session) run(ctx context.Context) {
 	}
 	wg.Wait()
 }
+
+// telemetryBackoffMax caps the wait between attempts to re-open a broken
+// Telemetry stream: a session is back (and, for lite consumers, resubscribed)
+// at most this long after its proxy serves again.
+const telemetryBackoffMax = 5 * time.Second
 
 // fallBack switches a LiteSimpleConsumer session to LITE_PUSH_CONSUMER when the
 // proxy rejected the lite simple type (RocketMQ 5.5.0 knows only the push type;
@@ -328,10 +340,21 @@ func (s *Session) handle(st grpc.BidiStreamingClient[v2.TelemetryCommand, v2.Tel
 	switch x := cmd.GetCommand().(type) {
 	case *v2.TelemetryCommand_Settings:
 		s.mu.Lock()
+		again := s.settings != nil
 		s.settings = x.Settings
 		s.lastErr = nil
 		s.mu.Unlock()
 		s.firstOnce.Do(func() { close(s.firstSettings) })
+		if again && s.cfg.LiteWildcard {
+			// A re-opened stream (after a proxy or broker restart, or a
+			// network cut): the broker may have lost this client's lite
+			// subscription, so send it now rather than on the next tick.
+			// OpenSession syncs after the first settings itself.
+			select {
+			case s.resync <- struct{}{}:
+			default:
+			}
+		}
 	case *v2.TelemetryCommand_NotifyUnsubscribeLiteCommand:
 		lt := x.NotifyUnsubscribeLiteCommand.GetLiteTopic()
 		s.mu.Lock()
@@ -360,7 +383,9 @@ func (s *Session) handle(st grpc.BidiStreamingClient[v2.TelemetryCommand, v2.Tel
 	return nil
 }
 
-// periodic sends heartbeats and lite subscription syncs.
+// periodic sends heartbeats and lite subscription syncs: every
+// LiteSyncInterval, and at once after the stream reconnected (retried with
+// backoff until one succeeds).
 func (s *Session) periodic(ctx context.Context) {
 	hb := time.NewTicker(s.c.cfg.HeartbeatInterval)
 	defer hb.Stop()
@@ -369,6 +394,22 @@ func (s *Session) periodic(ctx context.Context) {
 		t := time.NewTicker(s.c.cfg.LiteSyncInterval)
 		defer t.Stop()
 		lite = t.C
+	}
+	retryBo := backoff.New(200*time.Millisecond, telemetryBackoffMax)
+	var retry <-chan time.Time
+	doSync := func(why string) {
+		err := s.syncAll(ctx)
+		switch {
+		case err == nil:
+			retry = nil
+			retryBo.Reset()
+		case ctx.Err() != nil:
+		default:
+			s.c.log.Warn("rocketmq: lite subscription sync failed", "group", s.cfg.Group, "when", why, "err", err)
+			if why != "periodic" {
+				retry = time.After(retryBo.Next())
+			}
+		}
 	}
 	for {
 		select {
@@ -379,9 +420,12 @@ func (s *Session) periodic(ctx context.Context) {
 				s.c.log.Warn("rocketmq: heartbeat failed", "group", s.cfg.Group, "err", err)
 			}
 		case <-lite:
-			if err := s.syncAll(ctx); err != nil && ctx.Err() == nil {
-				s.c.log.Warn("rocketmq: lite subscription sync failed", "group", s.cfg.Group, "err", err)
-			}
+			doSync("periodic")
+		case <-s.resync:
+			retryBo.Reset()
+			doSync("reconnect")
+		case <-retry:
+			doSync("reconnect retry")
 		}
 	}
 }

@@ -7,6 +7,9 @@
 #
 #   scripts/rocketmq.sh up       fetch if needed, start (idempotent), create fixtures
 #   scripts/rocketmq.sh down     stop what `up` started
+#   scripts/rocketmq.sh restart-proxy  stop and start only the proxy (the broker
+#                                and name server stay up); returns when its
+#                                gRPC port serves again
 #   scripts/rocketmq.sh status   print whether it runs and its endpoint
 #   scripts/rocketmq.sh fetch    only resolve the jars
 #   scripts/rocketmq.sh logs     print the tail of every log (used when a run fails)
@@ -22,6 +25,8 @@
 #   RMQ_PROXY_REMOTING_PORT  proxy remoting port (default 18080)
 #   RMQ_HEAP         max heap of each JVM (default 1g)
 #   RMQ_START_TIMEOUT seconds to wait for the gRPC port (default 120)
+#   RMQ_PROXY_STOP_GRACE  seconds restart-proxy lets the proxy exit before
+#                    killing it (default 3)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -149,6 +154,56 @@ wait_port_quiet() {
   done
 }
 
+# start_proxy starts the proxy JVM and waits for its gRPC port. The proxy exits
+# when the broker's cluster is not yet in the name server's routes ("No topic
+# route info ... DefaultCluster"); the registration follows the broker's boot by
+# a moment, so it gets a few tries.
+start_proxy() {
+  local try
+  for try in 1 2 3 4 5; do
+    jvm proxy org.apache.rocketmq.proxy.ProxyStartup -pm cluster -pc "$run/conf/rmq-proxy.json" -n "$namesrv_addr"
+    if wait_port_quiet "$RMQ_GRPC_PORT" proxy; then
+      return 0
+    fi
+    [ "$try" -lt 5 ] || { logs; die "proxy did not start after $try tries"; }
+    log "proxy exited before its port opened (try $try); retrying"
+    sleep 2
+  done
+}
+
+stop_pid() {
+  # $1 name, $2 grace in half seconds (default 60): TERM, then KILL after the grace
+  local pid
+  pid_alive "$1" || { rm -f "$run/$1.pid"; return 0; }
+  pid=$(cat "$run/$1.pid")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 "${2:-60}"); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -9 "$pid" 2>/dev/null || true
+  log "stopped $1 ($pid)"
+  rm -f "$run/$1.pid"
+}
+
+# restart_proxy stops and starts only the proxy JVM (the name server and the
+# broker stay up, and so do their store and lite subscriptions) and returns
+# once the new proxy's gRPC port accepts connections. Clients see their
+# connections and Telemetry streams cut for the restart (about 10 s).
+restart_proxy() {
+  pid_alive broker && pid_alive namesrv || die "the broker is not running (scripts/rocketmq.sh up first)"
+  local t0=$SECONDS
+  # The proxy closes its gRPC port at once on TERM but takes about 20 s to
+  # exit gracefully; RMQ_PROXY_STOP_GRACE seconds (default 3) are given, then
+  # it is killed, as a crashed proxy would be.
+  stop_pid proxy $((2 * ${RMQ_PROXY_STOP_GRACE:-3}))
+  local deadline=$((SECONDS + 30))
+  while port_open "$RMQ_GRPC_PORT"; do
+    [ $SECONDS -lt $deadline ] || die "port $RMQ_GRPC_PORT still open after the proxy stopped"
+    sleep 0.2
+  done
+  start_proxy
+  log "proxy restarted in $((SECONDS - t0))s"
+  echo "$endpoint"
+}
+
 up() {
   fetch
   if pid_alive proxy && port_open "$RMQ_GRPC_PORT"; then
@@ -164,19 +219,7 @@ up() {
     pid_alive broker || jvm broker org.apache.rocketmq.broker.BrokerStartup -c "$run/conf/broker.conf"
     wait_port "$RMQ_BROKER_PORT" "broker" broker
     wait_log "$run/broker.out" "boot success" "broker" broker
-    # The proxy exits when the broker's cluster is not yet in the name server's
-    # routes ("No topic route info ... DefaultCluster"); the registration
-    # follows the broker's boot by a moment, so give the proxy a few tries.
-    local try
-    for try in 1 2 3 4 5; do
-      jvm proxy org.apache.rocketmq.proxy.ProxyStartup -pm cluster -pc "$run/conf/rmq-proxy.json" -n "$namesrv_addr"
-      if wait_port_quiet "$RMQ_GRPC_PORT" proxy; then
-        break
-      fi
-      [ "$try" -lt 5 ] || { logs; die "proxy did not start after $try tries"; }
-      log "proxy exited before its port opened (try $try); retrying"
-      sleep 2
-    done
+    start_proxy
     log "started in $((SECONDS - t0))s"
   fi
   fixtures
@@ -186,8 +229,12 @@ up() {
 # The fixtures every test relies on. Names are fixed so tests can find them; see
 # internal/rmqtest for the Go side.
 fixtures() {
-  local marker="$run/fixtures.done"
-  [ -f "$marker" ] && return 0
+  # The marker holds the checksum of the fixtures file it was made from: an
+  # edited fixtures.txt is applied again to a running broker (creating a topic
+  # or group that exists only updates it).
+  local marker="$run/fixtures.done" sum
+  sum=$(cksum <"$here/rocketmq/fixtures.txt")
+  [ -f "$marker" ] && [ "$(cat "$marker")" = "$sum" ] && return 0
   local deadline=$((SECONDS + RMQ_START_TIMEOUT))
   # The broker registers with the name server a moment after the gRPC port opens.
   until mqadmin clusterList 2>/dev/null | grep -q broker-a; do
@@ -197,21 +244,14 @@ fixtures() {
   java -Xmx256m -Duser.home="$run/home" -Drocketmq.home.dir="$run/home" \
     -cp "$(cat "$cpfile")" "$here/rocketmq/Fixtures.java" "$namesrv_addr" "$cluster" "$here/rocketmq/fixtures.txt" \
     >"$run/fixtures.out" 2>&1 || { cat "$run/fixtures.out" >&2; die "creating fixtures failed"; }
-  touch "$marker"
+  echo "$sum" >"$marker"
   log "fixtures created"
 }
 
 down() {
-  local name pid
+  local name
   for name in proxy broker namesrv; do
-    if pid_alive "$name"; then
-      pid=$(cat "$run/$name.pid")
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-      kill -9 "$pid" 2>/dev/null || true
-      log "stopped $name ($pid)"
-    fi
-    rm -f "$run/$name.pid"
+    stop_pid "$name"
   done
   # A fresh start gets a fresh store: fixtures and messages of earlier runs go away.
   rm -rf "$run/store" "$run/fixtures.done"
@@ -238,8 +278,9 @@ case "${1:-}" in
   fetch) fetch; echo "$cpfile" ;;
   up) up ;;
   down) down ;;
+  restart-proxy) restart_proxy ;;
   status) status ;;
   logs) logs ;;
   env) echo "RMQFLOW_ENDPOINT=$endpoint" ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+  *) sed -n '2,29p' "$0"; exit 2 ;;
 esac
