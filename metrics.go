@@ -23,6 +23,7 @@ const (
 	MetricDefers         = "rmqflow.throttle.defers"
 	MetricRenewals       = "rmqflow.renewals"
 	MetricSends          = "rmqflow.sink.sends"
+	MetricDeadLettered   = "rmqflow.runner.dead_lettered"
 )
 
 type metrics struct {
@@ -35,6 +36,7 @@ type metrics struct {
 	defersC    metric.Int64Counter
 	renewalsC  metric.Int64Counter
 	sendsC     metric.Int64Counter
+	deadC      metric.Int64Counter
 	queueGauge metric.Int64ObservableGauge
 	meter      metric.Meter
 }
@@ -55,6 +57,7 @@ func newMetrics(m metric.Meter) *metrics {
 	x.defersC, _ = m.Int64Counter(MetricDefers, metric.WithDescription("messages deferred by a throttle"))
 	x.renewalsC, _ = m.Int64Counter(MetricRenewals, metric.WithDescription("invisibility renewals by kind (queue, lease) and outcome"))
 	x.sendsC, _ = m.Int64Counter(MetricSends, metric.WithDescription("messages sent by sinks, by outcome"))
+	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithDescription("messages a runner gave up on, by the safety valve that fired"))
 	return x
 }
 
@@ -119,4 +122,8 @@ func (x *metrics) sent(ctx context.Context, err error) {
 		outcome = "failed"
 	}
 	x.sendsC.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
+}
+
+func (x *metrics) deadLettered(ctx context.Context, valve string) {
+	x.deadC.Add(ctx, 1, metric.WithAttributes(attribute.String("valve", valve)))
 }

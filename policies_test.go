@@ -24,21 +24,21 @@ func TestLiteTopicRateLimit(t *testing.T) {
 	}
 	// A burst of 2 passes, the third is deferred by at least MinDefer.
 	for i := 0; i < 2; i++ {
-		if d := p.Decide(msg("hot")); d.Defer != 0 {
-			t.Fatalf("message %d of the burst deferred by %v", i, d.Defer)
+		if d := p.Decide(msg("hot")); d.Kind() != DecisionAck {
+			t.Fatalf("message %d of the burst deferred: %v", i, d)
 		}
 	}
 	d := p.Decide(msg("hot"))
-	if d.Defer < time.Second || d.Reason != "rate-limit" {
+	if d.Delay() < time.Second || d.Reason() != "rate-limit" {
 		t.Fatalf("third message: %+v, want a deferral of at least 1s", d)
 	}
 	// Another lite topic has its own budget.
-	if d := p.Decide(msg("cold")); d.Defer != 0 {
+	if d := p.Decide(msg("cold")); d.Kind() != DecisionAck {
 		t.Fatalf("cold lite topic deferred: %+v", d)
 	}
 	// Half a second later the hot topic has one token again.
 	clk.Advance(500 * time.Millisecond)
-	if d := p.Decide(msg("hot")); d.Defer != 0 {
+	if d := p.Decide(msg("hot")); d.Kind() != DecisionAck {
 		t.Fatalf("after refill: %+v", d)
 	}
 	if _, err := LiteTopicRateLimit[string](RateLimitConfig{}); err == nil {
@@ -54,22 +54,22 @@ func TestFairShareDefersOnlyTheHotTopic(t *testing.T) {
 	}
 	// Alone, a topic is never over its share.
 	for i := 0; i < 50; i++ {
-		if d := p.Decide(msg("hot")); d.Defer != 0 {
+		if d := p.Decide(msg("hot")); d.Kind() != DecisionAck {
 			t.Fatalf("a lone lite topic was deferred at message %d", i)
 		}
 	}
 	// Cold topics arrive: hot (50 of 54) is far over 1.5 × 54/5.
 	for _, c := range []string{"c1", "c2", "c3", "c4"} {
-		if d := p.Decide(msg(c)); d.Defer != 0 {
+		if d := p.Decide(msg(c)); d.Kind() != DecisionAck {
 			t.Fatalf("cold %s deferred: %+v", c, d)
 		}
 	}
-	if d := p.Decide(msg("hot")); d.Defer != 7*time.Second || d.Reason != "fair-share" {
+	if d := p.Decide(msg("hot")); d.Delay() != 7*time.Second || d.Reason() != "fair-share" {
 		t.Fatalf("hot after cold arrived: %+v, want a 7s fair-share deferral", d)
 	}
 	// After the window passes, the counts are forgotten.
 	clk.Advance(11 * time.Second)
-	if d := p.Decide(msg("hot")); d.Defer != 0 {
+	if d := p.Decide(msg("hot")); d.Kind() != DecisionAck {
 		t.Fatalf("hot after the window: %+v", d)
 	}
 	if _, err := FairShare[string](FairShareConfig{Slack: 0.5}); err == nil {
@@ -79,28 +79,28 @@ func TestFairShareDefersOnlyTheHotTopic(t *testing.T) {
 
 func TestThrottleValves(t *testing.T) {
 	clk := &manualClock{t: time.Unix(1_000_000, 0)}
-	th := &Throttle[string]{cfg: ThrottleConfig{}.withDefaults(), defers: newDeferTracker(4), now: clk.Now}
+	th := newValves(ThrottleConfig{}.withDefaults(), clk.Now)
 	m := msg("l")
 	m.Meta.BornTime = clk.Now()
 	m.Handle.MessageID = "id-1"
 	m.Meta.DeliveryAttempt = 1
-	if v := th.valve(m); v != "" {
+	if v := th.fired(&m.Meta, m.Handle.MessageID); v != "" {
 		t.Fatalf("fresh message: valve %q fired", v)
 	}
 	m.Meta.DeliveryAttempt = DefaultMaxDeliveryAttempt
-	if v := th.valve(m); v != "max-delivery-attempt" {
+	if v := th.fired(&m.Meta, m.Handle.MessageID); v != "max-delivery-attempt" {
 		t.Fatalf("attempt 16: valve %q", v)
 	}
 	m.Meta.DeliveryAttempt = 1 // the broker's count reset (scenario e)
 	for i := 0; i < DefaultMaxDefers; i++ {
-		th.defers.add("id-1")
+		th.count("id-1")
 	}
-	if v := th.valve(m); v != "max-defers" {
+	if v := th.fired(&m.Meta, m.Handle.MessageID); v != "max-defers" {
 		t.Fatalf("after %d defers: valve %q", DefaultMaxDefers, v)
 	}
-	th.defers.forget("id-1")
+	th.forget("id-1")
 	clk.Advance(DefaultMaxDeferredAge)
-	if v := th.valve(m); v != "max-deferred-age" {
+	if v := th.fired(&m.Meta, m.Handle.MessageID); v != "max-deferred-age" {
 		t.Fatalf("a day old: valve %q", v)
 	}
 }
@@ -110,8 +110,51 @@ func TestDeferTrackerIsBounded(t *testing.T) {
 	for _, id := range []string{"a", "b", "c", "d"} {
 		d.add(id)
 	}
-	if d.count("a") != 0 || d.count("d") != 1 || len(d.counts) != 3 {
-		t.Fatalf("counts %v: want the oldest forgotten and 3 kept", d.counts)
+	if d.count("a") != 0 || d.count("d") != 1 || d.len() != 3 {
+		t.Fatalf("len %d: want the oldest forgotten and 3 kept", d.len())
+	}
+}
+
+// TestDeferTrackerKeepsLiveCounts: forgetting an id and counting it again
+// must not leave a stale slot whose eviction deletes the live count
+// (capacity 3: add X, forget X, add X, add Y, add Z kept X at 0).
+func TestDeferTrackerKeepsLiveCounts(t *testing.T) {
+	d := newDeferTracker(3)
+	d.add("X")
+	d.forget("X")
+	d.add("X")
+	d.add("Y")
+	d.add("Z")
+	if d.count("X") != 1 || d.count("Y") != 1 || d.count("Z") != 1 || d.len() != 3 {
+		t.Fatalf("X=%d Y=%d Z=%d len=%d, want 1 1 1 3", d.count("X"), d.count("Y"), d.count("Z"), d.len())
+	}
+	// The least recently counted id goes first: X counted again stays.
+	d.add("X")
+	d.add("W")
+	if d.count("X") != 2 || d.count("Y") != 0 || d.len() != 3 {
+		t.Fatalf("after X again and W: X=%d Y=%d len=%d, want 2 0 3", d.count("X"), d.count("Y"), d.len())
+	}
+}
+
+// TestNoDecisionEverAcksByAccident: Defer with a non-positive duration
+// releases, the zero Decision is DecisionNone, and only Ack acks.
+func TestNoDecisionEverAcksByAccident(t *testing.T) {
+	for _, tc := range []struct {
+		d    Decision
+		want DecisionKind
+	}{
+		{Decision{}, DecisionNone},
+		{Defer(0, "x"), DecisionRelease},
+		{Defer(-time.Hour, "x"), DecisionRelease},
+		{Defer(time.Second, "x"), DecisionDefer},
+		{Release(), DecisionRelease},
+		{Leave(), DecisionLeave},
+		{Settled(), DecisionSettled},
+		{Ack(), DecisionAck},
+	} {
+		if tc.d.Kind() != tc.want {
+			t.Errorf("%v: kind %v, want %v", tc.d, tc.d.Kind(), tc.want)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -55,6 +56,14 @@ type RunnerConfig struct {
 	// ErrorBackoff and ErrorBackoffMax shape ErrorDefer. Defaults 1 s, 10 min.
 	ErrorBackoff    time.Duration
 	ErrorBackoffMax time.Duration
+	// ErrorValves are the safety valves of every deferral the runner makes
+	// (a failed handler under ErrorDefer, a handler's Defer or Release),
+	// with the fields and defaults of the throttle's: once a message has
+	// reached MaxDeliveryAttempt, was deferred MaxDefers times by this
+	// runner, or is older than MaxDeferredAge, it is dead-lettered (see
+	// Runner.SetDeadLetter) instead of deferred again, so that no message
+	// loops for ever. MaxDeferDuration caps each deferral.
+	ErrorValves ThrottleConfig
 	// Shutdown is ShutdownRelease (default) or ShutdownFinish.
 	Shutdown ShutdownMode
 	// ShutdownTimeout bounds the shutdown; then handlers' contexts are
@@ -89,18 +98,48 @@ func (c RunnerConfig) validate() error {
 	case c.ErrorBackoff < 0 || c.ErrorBackoffMax < 0 || c.ShutdownTimeout < 0:
 		return optionError("RunnerConfig", "durations must not be negative")
 	}
+	if err := c.ErrorValves.validate(); err != nil {
+		var oe *OptionError
+		if errors.As(err, &oe) {
+			return optionError("ErrorValves."+oe.Option, oe.Reason)
+		}
+		return err
+	}
 	return nil
 }
 
+// DeadLetterFunc parks a message that the runner gives up on: its handler
+// kept failing (or deferring) until a safety valve of RunnerConfig.ErrorValves
+// fired. cause is the handler's last error (or names the valve when the
+// handler deferred). Returning nil acks the message; an error keeps it: the
+// runner defers it by ErrorBackoffMax and calls the function again when it
+// comes back.
+type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause error) error
+
 // Runner is the loop of a plain Go service: it starts a Source, runs the
 // handler on each message with bounded concurrency, one message of a lite
-// topic at a time and in order (messages of different lite topics run in
-// parallel), and acks or defers each as the handler says.
+// topic (or message group) at a time and in order (messages of different
+// lite topics run in parallel), and acks, defers, releases or leaves each as
+// the handler says.
+//
+// Order: once a message of a lite topic ends without an ack (deferred,
+// released, left, failed, or deferred by the throttle), the runner does not
+// run that lite topic's later messages before it: those it holds are
+// deferred until the first one is due back, and it goes on with the lite
+// topic only when that message has come back (or, if it never does, after
+// the source's InvisibleDuration more). On the broker the lite topic is
+// blocked behind its unacked head anyway (docs/broker-semantics.md,
+// scenario e).
+//
+// Handler panics are recovered and treated as handler errors.
 type Runner[T any] struct {
-	src      *Source[T]
-	handle   Handler[T]
-	cfg      RunnerConfig
-	throttle *Throttle[T]
+	src        *Source[T]
+	handle     Handler[T]
+	cfg        RunnerConfig
+	throttle   *Throttle[T]
+	deadLetter DeadLetterFunc[T]
+	valves     *valves
+	now        func() time.Time
 }
 
 // SetThrottle makes the runner admit every message through t before its
@@ -108,6 +147,12 @@ type Runner[T any] struct {
 // reaches the handler, so a hot lite topic cannot take the workers from the
 // others. Call it before Run.
 func (r *Runner[T]) SetThrottle(t *Throttle[T]) { r.throttle = t }
+
+// SetDeadLetter sets what happens to a message the runner gives up on (see
+// RunnerConfig.ErrorValves). Without it, such a message is logged at ERROR
+// level (its handle, never its body), counted in rmqflow.runner.dead_lettered,
+// and acked: dropped. Call it before Run.
+func (r *Runner[T]) SetDeadLetter(f DeadLetterFunc[T]) { r.deadLetter = f }
 
 // NewRunner builds a runner over src (not yet started).
 func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T], error) {
@@ -121,7 +166,8 @@ func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Runner[T]{src: src, handle: h, cfg: cfg}, nil
+	cfg.ErrorValves = cfg.ErrorValves.withDefaults()
+	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: newValves(cfg.ErrorValves, time.Now), now: time.Now}, nil
 }
 
 // ErrorBackoffFor is the deferral ErrorDefer applies at a delivery attempt.
@@ -136,7 +182,8 @@ func (c RunnerConfig) ErrorBackoffFor(attempt int32) time.Duration {
 
 // Run starts the source and handles messages until ctx ends, then shuts down
 // as RunnerConfig.Shutdown says and closes the source. It returns nil after a
-// clean shutdown, or the error that stopped it.
+// clean shutdown, or the error that stopped it (such as a permanent error of
+// the source).
 func (r *Runner[T]) Run(ctx context.Context) error {
 	if err := r.src.Start(ctx); err != nil {
 		return errors.Join(err, r.src.Close(context.WithoutCancel(ctx)))
@@ -146,23 +193,36 @@ func (r *Runner[T]) Run(ctx context.Context) error {
 	return d.run(ctx)
 }
 
+// keyState is one ordering key's FIFO in the dispatcher.
+type keyState[T any] struct {
+	queue []*AckableMessage[T]
+	busy  bool // a worker owns the key
+	block *keyBlock
+}
+
+// keyBlock holds a key back after a message of it ended unacked.
+type keyBlock struct {
+	head   string    // message id of the message that will come back
+	until  time.Time // when it is due back
+	expire time.Time // give up waiting for it
+}
+
 // dispatcher routes messages to per-key FIFOs and runs handlers.
 type dispatcher[T any] struct {
 	r        *Runner[T]
 	acker    *Acker
 	buffered chan struct{} // one token per message held by the runner
 
-	mu    sync.Mutex
-	keys  map[string][]*AckableMessage[T]
-	busy  map[string]bool
-	ready chan string
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	keys   map[string]*keyState[T]
+	ready  chan string
+	wg     sync.WaitGroup
+	sweeps int
 }
 
 func (d *dispatcher[T]) run(ctx context.Context) error {
 	r := d.r
-	d.keys = map[string][]*AckableMessage[T]{}
-	d.busy = map[string]bool{}
+	d.keys = map[string]*keyState[T]{}
 	d.ready = make(chan string, cap(d.buffered)+1)
 
 	// Handlers get a context that outlives ctx by ShutdownTimeout.
@@ -240,14 +300,34 @@ func (d *dispatcher[T]) key(m *AckableMessage[T]) string {
 func (d *dispatcher[T]) enqueue(m *AckableMessage[T]) {
 	k := d.key(m)
 	d.mu.Lock()
-	d.keys[k] = append(d.keys[k], m)
-	schedule := !d.busy[k]
-	if schedule {
-		d.busy[k] = true
+	d.sweepLocked()
+	st := d.keys[k]
+	if st == nil {
+		st = &keyState[T]{}
+		d.keys[k] = st
 	}
+	st.queue = append(st.queue, m)
+	schedule := !st.busy
+	st.busy = true
 	d.mu.Unlock()
 	if schedule {
 		d.ready <- k
+	}
+}
+
+// sweepLocked now and then forgets idle keys whose block expired, so that a
+// great many lite topics that once failed do not pile up.
+func (d *dispatcher[T]) sweepLocked() {
+	d.sweeps++
+	if d.sweeps < 1024 {
+		return
+	}
+	d.sweeps = 0
+	now := d.r.now()
+	for k, st := range d.keys {
+		if !st.busy && len(st.queue) == 0 && (st.block == nil || now.After(st.block.expire)) {
+			delete(d.keys, k)
+		}
 	}
 }
 
@@ -255,67 +335,210 @@ func (d *dispatcher[T]) work(ctx context.Context) {
 	for k := range d.ready {
 		for {
 			d.mu.Lock()
-			q := d.keys[k]
-			if len(q) == 0 {
-				delete(d.keys, k)
-				delete(d.busy, k)
+			st := d.keys[k]
+			if len(st.queue) == 0 {
+				st.busy = false
+				if st.block == nil {
+					delete(d.keys, k)
+				}
 				d.mu.Unlock()
 				break
 			}
-			m := q[0]
-			q[0] = nil
-			d.keys[k] = q[1:]
+			m := st.queue[0]
+			st.queue[0] = nil
+			st.queue = st.queue[1:]
+			hold := time.Duration(-1)
+			if b := st.block; b != nil {
+				now := d.r.now()
+				switch {
+				case m.Meta.MessageID == b.head || now.After(b.expire):
+					st.block = nil // the head is back (or will not be)
+				default:
+					hold = max(b.until.Sub(now), minHoldBack)
+				}
+			}
 			d.mu.Unlock()
-			d.process(ctx, m)
+			if hold >= 0 {
+				d.holdBack(ctx, m, hold)
+			} else if until, blocked := d.process(ctx, m); blocked {
+				d.mu.Lock()
+				st.block = &keyBlock{head: m.Meta.MessageID, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
+				d.mu.Unlock()
+			}
 			<-d.buffered
 		}
 	}
 }
 
-func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) {
+// minHoldBack is the shortest deferral of a message held back behind its
+// key's unacked head: long enough for the head to come back first.
+const minHoldBack = time.Second
+
+// holdBack defers m, a later message of a key whose head is due back at
+// now+hold, so that it comes back behind the head.
+func (d *dispatcher[T]) holdBack(ctx context.Context, m *AckableMessage[T], hold time.Duration) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, hold); err != nil {
+		d.r.src.log.Warn("rmqflow: runner could not hold a message back behind its lite topic's head; it comes back when its invisibility ends",
+			"handle", m.Handle.String(), "err", err)
+		return
+	}
+	d.r.src.metrics.deferred(actx, "hold-back")
+}
+
+// settleTimeout bounds each ack or deferral the runner sends.
+const settleTimeout = 30 * time.Second
+
+// process admits, handles and settles m. It reports whether m ended without
+// an ack (so that the key waits for it) and when it is due back.
+func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (until time.Time, blocked bool) {
 	r := d.r
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	if r.throttle != nil {
-		admitted, err := r.throttle.Admit(actx, m)
-		if err != nil {
-			r.src.log.Warn("rmqflow: throttle could not defer a message", "handle", m.Handle.String(), "err", err)
-		}
-		if !admitted {
-			return
+		act, delay, err := r.throttle.apply(actx, m)
+		switch act {
+		case actDeferred:
+			return r.now().Add(delay), true
+		case actFailed:
+			if !errors.Is(err, ErrNoDecision) {
+				r.src.log.Warn("rmqflow: throttle could not defer a message; it comes back when its invisibility ends",
+					"handle", m.Handle.String(), "err", err)
+				d.leave(m)
+				return r.now().Add(r.src.cfg.InvisibleDuration), true
+			}
+			r.src.log.Warn("rmqflow: throttle policy made no decision; the message is admitted", "handle", m.Handle.String())
 		}
 	}
-	dec, err := r.handle(ctx, m)
+	dec, err := d.call(ctx, m)
+	if err == nil && dec.kind == DecisionNone {
+		err = ErrNoDecision
+	}
 	if err != nil {
 		if r.cfg.OnError == ErrorLeave {
-			return
+			d.leave(m)
+			return r.now().Add(r.src.cfg.InvisibleDuration), true
 		}
-		dec = Defer(r.cfg.ErrorBackoffFor(m.Meta.DeliveryAttempt), "handler-error")
+		return d.deferOrDeadLetter(actx, ctx, m, Defer(r.cfg.ErrorBackoffFor(d.attempts(m)), "handler-error"), err)
 	}
-	switch {
-	case dec.settled:
-		return
-	case dec.Defer > 0:
-		_, err = d.acker.ChangeInvisibleDuration(actx, m.Handle, dec.Defer)
-	default:
-		err = d.acker.Ack(actx, m.Handle)
+	switch dec.kind {
+	case DecisionSettled:
+		return time.Time{}, false
+	case DecisionLeave:
+		d.leave(m)
+		return r.now().Add(r.src.cfg.InvisibleDuration), true
+	case DecisionDefer, DecisionRelease:
+		return d.deferOrDeadLetter(actx, ctx, m, dec, nil)
 	}
-	if err != nil {
-		r.src.log.Warn("rmqflow: runner could not settle a message", "handle", m.Handle.String(), "err", err)
+	r.valves.forget(m.Meta.MessageID)
+	if err := d.acker.Ack(actx, m.Handle); err != nil {
+		r.src.log.Warn("rmqflow: runner could not ack a message; it will be delivered again",
+			"handle", m.Handle.String(), "err", err)
+		return r.now(), true
 	}
+	return time.Time{}, false
+}
+
+// attempts is the deferral count the error backoff grows with: the broker's
+// delivery attempt, or this runner's own count when the broker's resets
+// (lite topics, docs/broker-semantics.md scenario e).
+func (d *dispatcher[T]) attempts(m *AckableMessage[T]) int32 {
+	return max(m.Meta.DeliveryAttempt, int32(d.r.valves.deferrals(m.Meta.MessageID))+1)
+}
+
+// call runs the handler, turning a panic into an error.
+func (d *dispatcher[T]) call(ctx context.Context, m *AckableMessage[T]) (dec Decision, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.r.src.log.Error("rmqflow: handler panicked; treated as a handler error",
+				"handle", m.Handle.String(), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			dec, err = Decision{}, fmt.Errorf("rmqflow: handler panicked: %v", p)
+		}
+	}()
+	return d.r.handle(ctx, m)
+}
+
+// deferOrDeadLetter defers (or releases) m as dec says unless a safety valve
+// fires, in which case m is dead-lettered. cause is the handler's error, if
+// any.
+func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], dec Decision, cause error) (time.Time, bool) {
+	r := d.r
+	if valve := r.valves.fired(&m.Meta, m.Meta.MessageID); valve != "" {
+		if cause == nil {
+			cause = fmt.Errorf("rmqflow: deferred too often (%s)", valve)
+		}
+		return d.deadLetterMsg(actx, hctx, m, cause, valve)
+	}
+	delay := min(dec.delay, r.cfg.ErrorValves.MaxDeferDuration)
+	if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, delay); err != nil {
+		r.src.log.Warn("rmqflow: runner could not defer a message; it comes back when its invisibility ends",
+			"handle", m.Handle.String(), "err", err)
+		d.leave(m)
+		return r.now().Add(r.src.cfg.InvisibleDuration), true
+	}
+	r.valves.count(m.Meta.MessageID)
+	reason := dec.reason
+	if reason == "" {
+		reason = "handler"
+	}
+	r.src.metrics.deferred(actx, reason)
+	return r.now().Add(delay), true
+}
+
+// deadLetterMsg hands m to the dead-letter function (or the default: log,
+// count, ack) and acks it when that succeeds.
+func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMessage[T], cause error, valve string) (time.Time, bool) {
+	r := d.r
+	r.src.metrics.deadLettered(actx, valve)
+	if r.deadLetter == nil {
+		r.src.log.Error("rmqflow: giving up on a message: a safety valve fired; acking (dropping) it — set Runner.SetDeadLetter to park such messages",
+			"handle", m.Handle.String(), "valve", valve, "cause", cause)
+	} else if err := d.callDeadLetter(hctx, m, cause); err != nil {
+		r.src.log.Warn("rmqflow: dead-letter function failed; the message is deferred and tried again",
+			"handle", m.Handle.String(), "err", err)
+		delay := min(r.cfg.ErrorBackoffMax, r.cfg.ErrorValves.MaxDeferDuration)
+		if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, delay); err != nil {
+			d.leave(m)
+			return r.now().Add(r.src.cfg.InvisibleDuration), true
+		}
+		return r.now().Add(delay), true
+	}
+	r.valves.forget(m.Meta.MessageID)
+	if err := d.acker.Ack(actx, m.Handle); err != nil {
+		r.src.log.Warn("rmqflow: runner could not ack a dead-lettered message; it will be delivered again",
+			"handle", m.Handle.String(), "err", err)
+		return r.now(), true
+	}
+	return time.Time{}, false
+}
+
+func (d *dispatcher[T]) callDeadLetter(ctx context.Context, m *AckableMessage[T], cause error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("rmqflow: dead-letter function panicked: %v", p)
+		}
+	}()
+	return d.r.deadLetter(ctx, m, cause)
+}
+
+// leave gives up the runner's hold on m without an RPC: its lease (if any)
+// ends, and it comes back when its invisibility ends.
+func (d *dispatcher[T]) leave(m *AckableMessage[T]) {
+	d.acker.current(m.Handle, true) // TODO(lead): Acker.Leave once it lands
 }
 
 // releaseBuffered gives back the messages the runner holds but has not
 // started, at once.
 func (d *dispatcher[T]) releaseBuffered(ctx context.Context) error {
-	// The keys map holds only messages no worker has started: a worker pops
-	// a message before it runs it. Take them all; a worker that later picks
-	// an emptied key finds nothing and marks it idle.
+	// The keys hold only messages no worker has started: a worker pops a
+	// message before it runs it. Take them all; a worker that later finds
+	// its key emptied marks it idle.
 	d.mu.Lock()
 	var left []*AckableMessage[T]
-	for k, q := range d.keys {
-		left = append(left, q...)
-		d.keys[k] = nil
+	for _, st := range d.keys {
+		left = append(left, st.queue...)
+		st.queue = nil
 	}
 	d.mu.Unlock()
 	var errs []error

@@ -87,7 +87,7 @@ func runHotCold(t *testing.T, topic, group string, throttle bool) fairRun {
 		}
 		counted := rmqflow.ThrottlePolicyFunc[string](func(m *rmqflow.AckableMessage[string]) rmqflow.Decision {
 			d := policy.Decide(m)
-			if d.Defer > 0 {
+			if d.Kind() == rmqflow.DecisionDefer {
 				mu.Lock()
 				out.defers++
 				mu.Unlock()

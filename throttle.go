@@ -1,32 +1,117 @@
 package rmqflow
 
 import (
+	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 )
 
-// Decision is what to do with a message whose work is done: ack it, or defer
-// it (make it invisible for Defer, after which the broker delivers it again).
+// DecisionKind is what a Decision does with a message.
+type DecisionKind uint8
+
+const (
+	// DecisionNone is the zero Decision: not a decision. A Runner treats a
+	// handler that returns it as a failed handler, and a Throttle refuses
+	// it, so that a forgotten return value never acks by accident.
+	DecisionNone DecisionKind = iota
+	// DecisionAck acks the message: the work is done.
+	DecisionAck
+	// DecisionDefer makes the message invisible for Delay; the broker then
+	// delivers it again.
+	DecisionDefer
+	// DecisionRelease makes the message visible again at once
+	// (ChangeInvisibleDuration to 0).
+	DecisionRelease
+	// DecisionLeave does nothing on the broker: the message comes back when
+	// its current invisibility ends.
+	DecisionLeave
+	// DecisionSettled says the handler already acked or deferred the message
+	// itself.
+	DecisionSettled
+)
+
+func (k DecisionKind) String() string {
+	switch k {
+	case DecisionNone:
+		return "none"
+	case DecisionAck:
+		return "ack"
+	case DecisionDefer:
+		return "defer"
+	case DecisionRelease:
+		return "release"
+	case DecisionLeave:
+		return "leave"
+	case DecisionSettled:
+		return "settled"
+	}
+	return fmt.Sprintf("DecisionKind(%d)", uint8(k))
+}
+
+// Decision is what to do with a message whose work is done (or, from a
+// ThrottlePolicy, with a message before or after its work). Build it with
+// Ack, Defer, Release, Leave or Settled; the zero Decision is DecisionNone,
+// which never acks. No Decision but Ack() ever acks.
 type Decision struct {
-	// Defer, when positive, defers the message by this long; zero acks it.
-	Defer time.Duration
-	// Reason labels a deferral in logs and metrics.
-	Reason string
-	// settled: the message was already acked or deferred by its handler.
-	settled bool
+	kind   DecisionKind
+	delay  time.Duration
+	reason string
 }
 
 // Ack is the decision to ack.
-func Ack() Decision { return Decision{} }
+func Ack() Decision { return Decision{kind: DecisionAck} }
+
+// Defer is the decision to make the message invisible for d, for a reason
+// shown in logs and metrics. A d of zero or less (a retry time already
+// past) releases the message: it is visible again at once. A deferral never
+// acks.
+func Defer(d time.Duration, reason string) Decision {
+	if d <= 0 {
+		return Decision{kind: DecisionRelease, reason: reason}
+	}
+	return Decision{kind: DecisionDefer, delay: d, reason: reason}
+}
+
+// Release is the decision to make the message visible again at once, so that
+// the group gets it back promptly.
+func Release() Decision { return Decision{kind: DecisionRelease, reason: "release"} }
+
+// Leave is the decision to do nothing on the broker: the message comes back
+// when its invisibility ends (and its lease, if any, ends now).
+func Leave() Decision { return Decision{kind: DecisionLeave} }
 
 // Settled tells a Runner that the handler acked or deferred the message
-// itself (for instance through Throttle.Process), so the runner does nothing.
-func Settled() Decision { return Decision{settled: true} }
+// itself (for instance through Throttle.Process), so the runner does nothing
+// more with it and goes on with its lite topic's next message. To keep a
+// lite topic's order when the message was deferred, return Defer and let the
+// runner defer it instead.
+func Settled() Decision { return Decision{kind: DecisionSettled} }
 
-// Defer is the decision to defer by d (for a reason shown in metrics).
-func Defer(d time.Duration, reason string) Decision { return Decision{Defer: d, Reason: reason} }
+// Kind says what the decision does.
+func (d Decision) Kind() DecisionKind { return d.kind }
+
+// Delay is the deferral of a DecisionDefer; zero for every other kind.
+func (d Decision) Delay() time.Duration { return d.delay }
+
+// Reason labels a deferral or release in logs and metrics.
+func (d Decision) Reason() string { return d.reason }
+
+func (d Decision) String() string {
+	switch d.kind {
+	case DecisionDefer:
+		return fmt.Sprintf("defer %v (%s)", d.delay, d.reason)
+	case DecisionRelease:
+		return fmt.Sprintf("release (%s)", d.reason)
+	}
+	return d.kind.String()
+}
+
+// ErrNoDecision is the error of a zero Decision: a handler or policy returned
+// Decision{} instead of Ack(), Defer(...), Release(), Leave() or Settled().
+var ErrNoDecision = errors.New("rmqflow: the zero Decision is not a decision (return Ack(), Defer(...), Release(), Leave() or Settled())")
 
 // ThrottlePolicy decides, per message, to ack or to defer it. Policies are
 // called from many goroutines at once and must be safe for that.
@@ -113,12 +198,17 @@ func (c ThrottleConfig) validate() error {
 type Outcome int
 
 const (
-	// Acked: the policy chose ack.
+	// Acked: the policy chose ack, and the ack succeeded.
 	Acked Outcome = iota + 1
-	// Deferred: the message was made invisible; it will be delivered again.
+	// Deferred: the message was made invisible (or released); it will be
+	// delivered again.
 	Deferred
 	// AckedByValve: the policy chose defer but a safety valve acked instead.
 	AckedByValve
+	// Failed: the ack or the deferral failed (the error says why); nothing
+	// changed on the broker as far as this process knows, and the message
+	// comes back when its invisibility ends.
+	Failed
 )
 
 func (o Outcome) String() string {
@@ -129,6 +219,8 @@ func (o Outcome) String() string {
 		return "deferred"
 	case AckedByValve:
 		return "acked-by-valve"
+	case Failed:
+		return "failed"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -139,9 +231,8 @@ type Throttle[T any] struct {
 	acker   *Acker
 	policy  ThrottlePolicy[T]
 	cfg     ThrottleConfig
-	defers  *deferTracker
+	valves  *valves
 	metrics *metrics
-	now     func() time.Time
 }
 
 // NewThrottle builds a throttle stage that acks or defers through acker.
@@ -162,108 +253,182 @@ func NewThrottle[T any](acker *Acker, policy ThrottlePolicy[T], cfg ThrottleConf
 	} else {
 		m = newMetrics(nil)
 	}
-	return &Throttle[T]{acker: acker, policy: policy, cfg: cfg, defers: newDeferTracker(cfg.DeferTrackerCapacity), metrics: m, now: time.Now}, nil
+	return &Throttle[T]{acker: acker, policy: policy, cfg: cfg, valves: newValves(cfg, time.Now), metrics: m}, nil
 }
 
 // Process decides for m and carries the decision out: ack, or defer (unless
-// a safety valve acks instead). The error is the ack's or the deferral's.
+// a safety valve acks instead). On an error the outcome is Failed: the RPC
+// did not take, and the message comes back when its invisibility ends. A
+// policy that returns the zero Decision gets (Failed, ErrNoDecision), and
+// nothing is sent.
 func (t *Throttle[T]) Process(ctx context.Context, m *AckableMessage[T]) (Outcome, error) {
-	deferred, valve, err := t.apply(ctx, m)
-	switch {
-	case deferred:
-		return Deferred, err
-	case valve:
-		return AckedByValve, t.acker.Ack(ctx, m.Handle)
-	default:
-		return Acked, t.acker.Ack(ctx, m.Handle)
+	act, _, err := t.apply(ctx, m)
+	switch act {
+	case actDeferred:
+		return Deferred, nil
+	case actFailed:
+		return Failed, err
 	}
+	if err := t.acker.Ack(ctx, m.Handle); err != nil {
+		return Failed, err
+	}
+	if act == actValve {
+		return AckedByValve, nil
+	}
+	return Acked, nil
 }
 
 // Admit runs the policy before the work instead of after it: when the policy
 // defers m (and no safety valve forbids it), Admit defers it and returns
 // false; otherwise it returns true and m goes on to be processed and acked
 // later. Deferring before an expensive stage is what keeps a hot lite topic
-// from taking the workers from the others.
+// from taking the workers from the others. When the deferral fails, Admit
+// returns false and the error: the message comes back when its invisibility
+// ends.
 func (t *Throttle[T]) Admit(ctx context.Context, m *AckableMessage[T]) (bool, error) {
-	deferred, _, err := t.apply(ctx, m)
-	return !deferred, err
+	act, _, err := t.apply(ctx, m)
+	switch act {
+	case actDeferred:
+		return false, nil
+	case actFailed:
+		if errors.Is(err, ErrNoDecision) {
+			return true, err // nothing was deferred: let the work decide
+		}
+		return false, err
+	}
+	return true, nil
 }
 
-// apply asks the policy and defers m when it says so and no valve fires.
-func (t *Throttle[T]) apply(ctx context.Context, m *AckableMessage[T]) (deferred, valveFired bool, err error) {
+// throttle actions.
+type throttleAct int
+
+const (
+	actAck      throttleAct = iota // the policy chose ack
+	actValve                       // the policy chose defer; a valve forbids it
+	actDeferred                    // deferred (or released) on the broker
+	actFailed                      // nothing done: the deferral failed or no decision
+)
+
+// apply asks the policy and defers m when it says so and no valve fires. It
+// returns what it did and, when deferred, for how long.
+func (t *Throttle[T]) apply(ctx context.Context, m *AckableMessage[T]) (throttleAct, time.Duration, error) {
 	d := t.policy.Decide(m)
-	if d.Defer <= 0 {
-		t.defers.forget(m.Handle.MessageID)
-		return false, false, nil
+	var delay time.Duration
+	switch d.kind {
+	case DecisionAck:
+		t.valves.forget(m.Handle.MessageID)
+		return actAck, 0, nil
+	case DecisionDefer:
+		delay = min(d.delay, t.cfg.MaxDeferDuration)
+	case DecisionRelease:
+	default:
+		return actFailed, 0, fmt.Errorf("%w: the throttle policy returned %v", ErrNoDecision, d.kind)
 	}
-	if valve := t.valve(m); valve != "" {
-		t.defers.forget(m.Handle.MessageID)
+	if valve := t.valves.fired(&m.Meta, m.Handle.MessageID); valve != "" {
+		t.valves.forget(m.Handle.MessageID)
 		t.metrics.deferred(ctx, "valve:"+valve)
-		return false, true, nil
+		return actValve, 0, nil
 	}
-	if _, err := t.acker.ChangeInvisibleDuration(ctx, m.Handle, min(d.Defer, t.cfg.MaxDeferDuration)); err != nil {
-		return true, false, err
+	if _, err := t.acker.ChangeInvisibleDuration(ctx, m.Handle, delay); err != nil {
+		return actFailed, 0, err
 	}
-	t.defers.add(m.Handle.MessageID)
-	reason := d.Reason
+	t.valves.count(m.Handle.MessageID)
+	reason := d.reason
 	if reason == "" {
 		reason = "policy"
 	}
 	t.metrics.deferred(ctx, reason)
-	return true, false, nil
+	return actDeferred, delay, nil
 }
 
-// valve names the safety valve that forbids deferring m, or "".
-func (t *Throttle[T]) valve(m *AckableMessage[T]) string {
+// valves are the safety valves shared by the throttle and the Runner's error
+// path: each names a reason not to defer a message once more.
+type valves struct {
+	cfg    ThrottleConfig
+	defers *deferTracker
+	now    func() time.Time
+}
+
+func newValves(cfg ThrottleConfig, now func() time.Time) *valves {
+	return &valves{cfg: cfg, defers: newDeferTracker(cfg.DeferTrackerCapacity), now: now}
+}
+
+// fired names the safety valve that forbids deferring the message, or "".
+func (v *valves) fired(meta *Metadata, id string) string {
 	switch {
-	case m.Meta.DeliveryAttempt >= t.cfg.MaxDeliveryAttempt:
+	case meta.DeliveryAttempt >= v.cfg.MaxDeliveryAttempt:
 		return "max-delivery-attempt"
-	case t.defers.count(m.Handle.MessageID) >= t.cfg.MaxDefers:
+	case v.defers.count(id) >= v.cfg.MaxDefers:
 		return "max-defers"
-	case !m.Meta.BornTime.IsZero() && t.now().Sub(m.Meta.BornTime) >= t.cfg.MaxDeferredAge:
+	case !meta.BornTime.IsZero() && v.now().Sub(meta.BornTime) >= v.cfg.MaxDeferredAge:
 		return "max-deferred-age"
 	}
 	return ""
 }
 
-// deferTracker counts deferrals per message id, forgetting the oldest ids
-// beyond its capacity.
+// count records one more deferral of id; forget drops its count.
+func (v *valves) count(id string)         { v.defers.add(id) }
+func (v *valves) forget(id string)        { v.defers.forget(id) }
+func (v *valves) deferrals(id string) int { return v.defers.count(id) }
+
+// deferTracker counts deferrals per message id. Beyond its capacity it
+// forgets the id least recently counted (an LRU list): a count is never
+// evicted while a more recently counted id is kept.
 type deferTracker struct {
 	mu     sync.Mutex
 	cap    int
-	counts map[string]int
-	order  []string // insertion order, a ring of cap ids
-	next   int
+	counts map[string]*list.Element // of *deferCount
+	lru    *list.List               // front: least recently counted
+}
+
+type deferCount struct {
+	id string
+	n  int
 }
 
 func newDeferTracker(capacity int) *deferTracker {
-	return &deferTracker{cap: capacity, counts: map[string]int{}}
+	return &deferTracker{cap: capacity, counts: map[string]*list.Element{}, lru: list.New()}
 }
 
 func (d *deferTracker) add(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.counts[id]; !ok {
-		if len(d.order) < d.cap {
-			d.order = append(d.order, id)
-		} else {
-			delete(d.counts, d.order[d.next])
-			d.order[d.next] = id
-			d.next = (d.next + 1) % d.cap
-		}
+	if e, ok := d.counts[id]; ok {
+		e.Value.(*deferCount).n++
+		d.lru.MoveToBack(e)
+		return
 	}
-	d.counts[id]++
+	if d.cap <= 0 {
+		return
+	}
+	for d.lru.Len() >= d.cap {
+		oldest := d.lru.Front()
+		delete(d.counts, oldest.Value.(*deferCount).id)
+		d.lru.Remove(oldest)
+	}
+	d.counts[id] = d.lru.PushBack(&deferCount{id: id, n: 1})
 }
 
 func (d *deferTracker) count(id string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.counts[id]
+	if e, ok := d.counts[id]; ok {
+		return e.Value.(*deferCount).n
+	}
+	return 0
 }
 
 func (d *deferTracker) forget(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	// The id stays in the ring until overwritten; deleting the count is enough.
-	delete(d.counts, id)
+	if e, ok := d.counts[id]; ok {
+		delete(d.counts, id)
+		d.lru.Remove(e)
+	}
+}
+
+func (d *deferTracker) len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.counts)
 }

@@ -1,0 +1,275 @@
+package rmqflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+// orderRig runs a Runner over rmqfake's lite topic "main" and records the
+// bodies its handler sees, in order.
+type orderRig struct {
+	t      *testing.T
+	fake   *rmqfake.Server // nil on the real broker
+	conn   rmqflow.Connection
+	topic  string
+	prefix string // of this run's lite topics
+	src    *rmqflow.Source[string]
+
+	mu   sync.Mutex
+	seen []string
+	cond chan struct{} // signalled on every handled message
+}
+
+// targets runs f against rmqfake and against the real broker.
+func targets(t *testing.T, f func(t *testing.T, r *orderRig)) {
+	for _, target := range []string{"rmqfake", "real"} {
+		t.Run(target, func(t *testing.T) {
+			rmqtest.CheckGoroutines(t)
+			f(t, newOrderRig(t, target == "real"))
+		})
+	}
+}
+
+func newOrderRig(t *testing.T, real bool) *orderRig {
+	t.Helper()
+	r := &orderRig{t: t, cond: make(chan struct{}, 1024), prefix: rmqtest.Unique("ord")}
+	group := "g"
+	if real {
+		r.conn, r.topic, group = conn(t), "rmqflow-lite-runner", "rmqflow-lite-runner-g"
+	} else {
+		r.fake = fakeLite(t)
+		r.conn, r.topic = rmqflow.Connection{Endpoints: r.fake.Addr()}, "main"
+	}
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: r.conn, Lite: []rmqflow.LiteBinding{{Topic: r.topic, Group: group}},
+		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.src = src
+	return r
+}
+
+// ours reports whether m belongs to this run (the real broker's group may
+// hold an earlier run's leftovers).
+func (r *orderRig) ours(m *rmqflow.AckableMessage[string]) bool {
+	return strings.HasPrefix(m.Meta.LiteTopic, r.prefix+"-")
+}
+
+// settled waits, on rmqfake, until n acks of this run took effect and
+// nothing is in flight or waiting; on the real broker there is no such
+// view, and the handler's sequence alone is checked.
+func (r *orderRig) settled(ctx context.Context, n int64) {
+	r.t.Helper()
+	if r.fake == nil {
+		return
+	}
+	if err := r.fake.WaitFor(ctx, allAcked(n)); err != nil {
+		r.t.Fatalf("acks: %v (seen %v)", err, r.snapshot())
+	}
+}
+
+// send produces bodies, in order, to lite topic lite.
+func (r *orderRig) send(ctx context.Context, lite string, bodies ...string) {
+	r.t.Helper()
+	lite = r.prefix + "-" + lite
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: r.conn, Topic: r.topic})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+	for _, b := range bodies {
+		if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: lite, Body: []byte(b)}).Wait(ctx); err != nil {
+			r.t.Fatalf("send %s: %v", b, err)
+		}
+	}
+}
+
+func (r *orderRig) record(body string) {
+	r.mu.Lock()
+	r.seen = append(r.seen, body)
+	r.mu.Unlock()
+	select {
+	case r.cond <- struct{}{}:
+	default:
+	}
+}
+
+func (r *orderRig) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
+}
+
+// waitUntil waits until cond holds for what was seen, or fails the test.
+func (r *orderRig) waitUntil(ctx context.Context, what string, cond func([]string) bool) {
+	r.t.Helper()
+	for !cond(r.snapshot()) {
+		select {
+		case <-r.cond:
+		case <-ctx.Done():
+			r.t.Fatalf("%s: not within the deadline; handler saw %v", what, r.snapshot())
+		}
+	}
+}
+
+// run starts a runner with handler h and config cfg; it stops at test end.
+func (r *orderRig) run(h rmqflow.Handler[string], cfg rmqflow.RunnerConfig, setup func(*rmqflow.Runner[string])) {
+	r.t.Helper()
+	runner, err := rmqflow.NewRunner(r.src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		if !r.ours(m) {
+			return rmqflow.Ack(), nil
+		}
+		return h(ctx, m)
+	}, cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if setup != nil {
+		setup(runner)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx) }()
+	r.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			r.t.Errorf("runner: %v", err)
+		}
+	})
+}
+
+// allAcked holds once n acks of "main" took effect and nothing of it is in
+// flight or waiting.
+func allAcked(n int64) func(rmqfake.Stats) bool {
+	return func(st rmqfake.Stats) bool {
+		c := st.Topics["main"].Counts
+		return c.Acked >= n && c.InFlight == 0 && c.Backlog == 0
+	}
+}
+
+func count(seen []string, body string) int {
+	n := 0
+	for _, s := range seen {
+		if s == body {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRunnerKeepsOrderAfterAFailure: m1 m2 m3 of one lite topic, the handler
+// fails once on m1. The runner must not go on to m2 and m3 while m1 is
+// deferred: the handler sees m1, then m1 again, then m2 and m3, each of
+// those once.
+func TestRunnerKeepsOrderAfterAFailure(t *testing.T) { targets(t, testKeepsOrderAfterAFailure) }
+
+func testKeepsOrderAfterAFailure(t *testing.T, r *orderRig) {
+	ctx := rmqtest.Context(t, 60*time.Second)
+	r.send(ctx, "a", "m1", "m2", "m3") // a backlog: one batch
+	var failed sync.Once
+	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		r.record(m.Value)
+		var err error
+		if m.Value == "m1" {
+			failed.Do(func() { err = errors.New("first try fails") })
+		}
+		if err != nil {
+			return rmqflow.Decision{}, err
+		}
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 4, ErrorBackoff: 300 * time.Millisecond}, nil)
+	r.waitUntil(ctx, "m3 handled", func(s []string) bool { return count(s, "m3") > 0 })
+	// Give a wrong redelivery the time to show: the lite topic's messages are
+	// all acked, so nothing may come back within a further backoff.
+	r.settled(ctx, 3)
+	if got, want := r.snapshot(), []string{"m1", "m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+}
+
+// TestRunnerDeadLettersAPoisonMessage: a message whose handler always fails
+// ends after the error valves in the dead-letter function, once, and its
+// successors are handled once each, after it, never while it is retried.
+func TestRunnerDeadLettersAPoisonMessage(t *testing.T) { targets(t, testDeadLettersAPoisonMessage) }
+
+func testDeadLettersAPoisonMessage(t *testing.T, r *orderRig) {
+	ctx := rmqtest.Context(t, 90*time.Second)
+	r.send(ctx, "a", "poison", "m2", "m3") // a backlog: one batch
+	var (
+		mu   sync.Mutex
+		dead []string
+	)
+	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		r.record(m.Value)
+		if m.Value == "poison" {
+			return rmqflow.Decision{}, fmt.Errorf("cannot handle %s", m.Value)
+		}
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 4, ErrorBackoff: 200 * time.Millisecond,
+		ErrorValves: rmqflow.ThrottleConfig{MaxDefers: 2}}, func(run *rmqflow.Runner[string]) {
+		run.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[string], cause error) error {
+			mu.Lock()
+			dead = append(dead, m.Value+": "+cause.Error())
+			mu.Unlock()
+			return nil
+		})
+	})
+	r.waitUntil(ctx, "m3 handled", func(s []string) bool { return count(s, "m3") > 0 })
+	r.settled(ctx, 3)
+	if got, want := r.snapshot(), []string{"poison", "poison", "poison", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dead) != 1 || dead[0] != "poison: cannot handle poison" {
+		t.Fatalf("dead letters %q, want the poison message once with its cause", dead)
+	}
+}
+
+// TestRunnerNoDeferralAcks: a handler that defers by zero or a negative
+// duration (a retry time already past), releases, or returns the zero
+// Decision never acks: each message comes back.
+func TestRunnerNoDeferralAcks(t *testing.T) { targets(t, testNoDeferralAcks) }
+
+func testNoDeferralAcks(t *testing.T, r *orderRig) {
+	ctx := rmqtest.Context(t, 60*time.Second)
+	first := map[string]rmqflow.Decision{
+		"neg":     rmqflow.Defer(-time.Second, "retry-at-past"),
+		"zero":    rmqflow.Defer(0, "now"),
+		"release": rmqflow.Release(),
+		"nothing": {},
+	}
+	var mu sync.Mutex
+	tried := map[string]bool{}
+	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		r.record(m.Value)
+		mu.Lock()
+		defer mu.Unlock()
+		if !tried[m.Value] {
+			tried[m.Value] = true
+			return first[m.Value], nil
+		}
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 4, ErrorBackoff: 200 * time.Millisecond}, nil)
+	for body := range first {
+		r.send(ctx, "t-"+body, body) // one lite topic each
+	}
+	r.waitUntil(ctx, "every message handled twice", func(s []string) bool {
+		for body := range first {
+			if count(s, body) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+}
