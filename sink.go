@@ -3,6 +3,7 @@ package rmqflow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -97,8 +98,12 @@ type SendFuture struct {
 // Done is closed when the result is known.
 func (f *SendFuture) Done() <-chan struct{} { return f.done }
 
-// Result returns the message id or the error (for instance one satisfying
-// errors.Is(err, client.ErrIllegalLiteTopic)); valid after Done.
+// Result returns the message id and the error (for instance one satisfying
+// errors.Is(err, client.ErrIllegalLiteTopic)); valid after Done. The id is
+// fixed when the record is accepted and every attempt sends under it, so it
+// is set on failure too when the record was accepted (the broker may hold a
+// copy under it: a failure after a lost response); it is empty only for a
+// record never accepted (written after Close, or its Write's ctx ended).
 func (f *SendFuture) Result() (string, error) { return f.id, f.err }
 
 // Wait waits for the result or ctx.
@@ -111,11 +116,15 @@ func (f *SendFuture) Wait(ctx context.Context) (string, error) {
 	}
 }
 
-// ErrSinkClosed is the result of writes after Close.
+// ErrSinkClosed is wrapped by the result of a Write after Close or blocked
+// in Write when Close began, and of an accepted record still unsent when
+// Close's ctx ended.
 var ErrSinkClosed = errors.New("rmqflow: sink closed")
 
 // Sink produces records to one topic with batching, bounded concurrency and
-// retries. Errors are per record; one bad record never fails another.
+// retries. Errors are per record; one bad record never fails another. Each
+// record gets its message id when Write accepts it, and every retry sends it
+// under that id.
 type Sink struct {
 	cfg     SinkConfig
 	c       *client.Client
@@ -123,9 +132,15 @@ type Sink struct {
 
 	mu      sync.Mutex
 	closed  bool
-	in      chan pendingSend
+	closing chan struct{} // closed when Close begins: blocked Writes give up
+	writers sync.WaitGroup
+	in      chan pendingSend // closed by Close once no Write can send on it
 	pending sync.WaitGroup
 	workers sync.WaitGroup
+	// sendCtx bounds every SendMessage and retry wait; Close cancels it when
+	// its own ctx ends first.
+	sendCtx    context.Context
+	cancelSend context.CancelCauseFunc
 }
 
 type pendingSend struct {
@@ -147,7 +162,9 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 		_ = c.Close(ctx)
 		return nil, err
 	}
-	s := &Sink{cfg: cfg, c: c, metrics: newMetrics(cfg.Meter), in: make(chan pendingSend, cfg.BatchSize*cfg.Concurrency)}
+	s := &Sink{cfg: cfg, c: c, metrics: newMetrics(cfg.Meter), in: make(chan pendingSend, cfg.BatchSize*cfg.Concurrency),
+		closing: make(chan struct{})}
+	s.sendCtx, s.cancelSend = context.WithCancelCause(context.Background())
 	for i := 0; i < cfg.Concurrency; i++ {
 		s.workers.Add(1)
 		go func() {
@@ -159,7 +176,9 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 }
 
 // Write queues rec and returns its future; it blocks only while the queue is
-// full (bounded by ctx).
+// full, until ctx ends (the future then holds ctx's error) or Close begins
+// (ErrSinkClosed). A record Write queued is sent or fails with a result; it
+// is never dropped.
 func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 	f := &SendFuture{done: make(chan struct{})}
 	m := &client.Message{Topic: s.cfg.Topic, LiteTopic: rec.LiteTopic, Tag: rec.Tag, Keys: rec.Keys,
@@ -175,11 +194,26 @@ func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 		return f
 	}
 	s.pending.Add(1)
+	s.writers.Add(1)
 	s.mu.Unlock()
+	defer s.writers.Done()
+	// The id is fixed here, before the first attempt: retries reuse it.
+	m.MessageID = client.NewMessageID()
+	f.id = m.MessageID // set before the record is queued: the sender writes f next
+	p := pendingSend{msg: m, f: f}
 	select {
-	case s.in <- pendingSend{msg: m, f: f}:
+	case s.in <- p: // room in the queue: accepted even if Close has begun
+		return f
+	default:
+	}
+	select {
+	case s.in <- p:
 	case <-ctx.Done():
-		f.err = ctx.Err()
+		f.id, f.err = "", ctx.Err()
+		close(f.done)
+		s.pending.Done()
+	case <-s.closing:
+		f.id, f.err = "", fmt.Errorf("%w: Close began while Write waited for room in the queue", ErrSinkClosed)
 		close(f.done)
 		s.pending.Done()
 	}
@@ -214,7 +248,14 @@ func (s *Sink) Flush(ctx context.Context) error {
 	}
 }
 
-// Close flushes (bounded by ctx), stops the senders and closes the producer.
+// Close stops accepting records: later Writes, and Writes blocked on a full
+// queue, end with ErrSinkClosed. It then sends every record it had accepted
+// and closes the producer. When ctx ends first, the records not yet sent fail
+// with an error wrapping ErrSinkClosed (one whose SendMessage was on the wire
+// may still have been stored, under the id its future reports) and Close
+// returns ctx's error; either way every accepted record has its result when
+// Close returns. Close never panics and is safe to call concurrently with
+// Write; a second Close returns nil at once.
 func (s *Sink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -223,9 +264,17 @@ func (s *Sink) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	err := s.Flush(ctx)
+	close(s.closing)
+	// Writes past the closed check are leaving their select now; once they
+	// have, nothing sends on s.in and it can be closed.
+	s.writers.Wait()
 	close(s.in)
+	err := s.Flush(ctx)
+	if err != nil {
+		s.cancelSend(fmt.Errorf("%w: Close's context ended before the record was sent (%v)", ErrSinkClosed, err))
+	}
 	s.workers.Wait()
+	s.cancelSend(ErrSinkClosed)
 	return errors.Join(err, s.c.Close(ctx))
 }
 
@@ -251,17 +300,26 @@ func (s *Sink) worker() {
 	}
 }
 
-// send sends one batch, retrying the records that failed retriably.
+// send sends one batch, retrying the records that failed retriably, each
+// under the id Write gave it.
 func (s *Sink) send(batch []pendingSend) {
-	ctx := context.Background()
+	ctx := s.sendCtx
 	todo := batch
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
 	for attempt := 1; len(todo) > 0; attempt++ {
+		if ctx.Err() != nil {
+			// Close gave up waiting: fail what is left, never drop it.
+			s.finish(todo, context.Cause(ctx))
+			return
+		}
 		msgs := make([]*client.Message, len(todo))
 		for i, p := range todo {
 			msgs[i] = p.msg
 		}
 		res, err := s.c.Send(ctx, msgs...)
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		}
 		if err != nil && len(todo) > 1 && !client.IsRetriable(err) {
 			// One bad record fails a whole request: isolate it by sending
 			// each record on its own.
@@ -273,22 +331,35 @@ func (s *Sink) send(batch []pendingSend) {
 		var retry []pendingSend
 		for i, p := range todo {
 			e := err
-			var id string
+			id := p.msg.MessageID
 			if e == nil {
-				id, e = res[i].MessageID, res[i].Err
+				e = res[i].Err
+				if res[i].MessageID != "" {
+					id = res[i].MessageID
+				}
 			}
-			if e != nil && client.IsRetriable(e) && attempt < s.cfg.MaxAttempts {
+			if e != nil && client.IsRetriable(e) && attempt < s.cfg.MaxAttempts && ctx.Err() == nil {
 				retry = append(retry, p)
 				continue
 			}
-			s.metrics.sent(ctx, e)
+			s.metrics.sent(context.Background(), e)
 			p.f.id, p.f.err = id, e
 			close(p.f.done)
 			s.pending.Done()
 		}
 		todo = retry
 		if len(todo) > 0 {
-			time.Sleep(bo.Next())
+			backoff.Sleep(ctx, bo.Next())
 		}
+	}
+}
+
+// finish fails every record of ps with err.
+func (s *Sink) finish(ps []pendingSend, err error) {
+	for _, p := range ps {
+		s.metrics.sent(context.Background(), err)
+		p.f.id, p.f.err = p.msg.MessageID, err
+		close(p.f.done)
+		s.pending.Done()
 	}
 }

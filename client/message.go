@@ -24,6 +24,12 @@ type Message struct {
 	DeliveryTime time.Time
 	// Body is the payload.
 	Body []byte
+	// MessageID is the id to send the message under. Empty: Send makes a
+	// fresh one (NewMessageID) for each call. Set it (for instance to
+	// NewMessageID()) before the first attempt and keep it for every retry,
+	// so that a retry after a lost response stores a copy under the same id
+	// and consumers can drop it by id.
+	MessageID string
 }
 
 // messageType derives the protocol message type from the fields set.

@@ -30,7 +30,8 @@ type SendResult struct {
 // Send sends msgs, which must all have the same topic. Results are in the order
 // of msgs. The error is non-nil only when a request as a whole failed (then no
 // results are returned for a single request); per-message failures are in the
-// results.
+// results. Each message goes under its MessageID, or a fresh id when that is
+// empty: to retry without creating a second id, set MessageID first.
 //
 // Normal, FIFO and delayed messages go in one SendMessage RPC. Lite messages
 // go one per RPC — in order within a lite topic, concurrently across lite
@@ -124,7 +125,10 @@ func (c *Client) sendBatch(ctx context.Context, msgs []*Message) ([]SendResult, 
 	host := hostname()
 	now := timestamppb.Now()
 	for i, m := range msgs {
-		ids[i] = NewMessageID()
+		ids[i] = m.MessageID
+		if ids[i] == "" {
+			ids[i] = NewMessageID()
+		}
 		sp := &v2.SystemProperties{
 			Keys:          m.Keys,
 			MessageId:     ids[i],
