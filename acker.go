@@ -2,49 +2,105 @@ package rmqflow
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // Acker is what user code calls when the work on a message is done: Ack it,
-// or ChangeInvisibleDuration to have it delivered again later. It routes
-// through an AckPool; an Acker from Source.Acker also consults the source's
-// lease table, so that it acks with the newest receipt handle and stops
-// renewing the message.
+// ChangeInvisibleDuration to have it delivered again later, Release it to
+// have it delivered again at once, or Leave it. It routes through an
+// AckPool holder, so every Acker of one pool behaves the same: Source.Acker
+// is NewAcker over the source's pool. Acks and changes of a leased delivery
+// (see LeaseConfig) use its newest receipt handle and end its lease.
+//
+// An Acker counts its calls in progress; Source.Close waits for those of the
+// source's Acker before releasing the pool.
 type Acker struct {
-	pool   *AckPool
-	leases *leaseTable
+	pool    *AckPool
+	pending pending
 }
 
-// NewAcker returns an Acker over pool, for handles that came from another
-// process (no lease table).
+// NewAcker returns an Acker over pool, for any handle whose endpoints the
+// pool is configured for.
 func NewAcker(pool *AckPool) *Acker { return &Acker{pool: pool} }
 
-// Ack acks the delivery h names and waits for the broker's answer. See
-// AckPool.Ack for the meaning of its errors.
+// Ack acks the delivery h names and waits for the broker's answer, returning
+// by ctx's deadline. See AckPool.Ack for the meaning of its errors.
 func (a *Acker) Ack(ctx context.Context, h ReceiptHandle) error {
-	return a.pool.Ack(ctx, a.current(h, true))
+	return a.AckAsync(ctx, h).wait(ctx)
 }
 
-// AckAsync queues the ack and returns its future.
+// AckAsync queues the ack and returns its future; see AckPool.AckAsync.
 func (a *Acker) AckAsync(ctx context.Context, h ReceiptHandle) *AckFuture {
-	return a.pool.AckAsync(ctx, a.current(h, true))
+	a.pending.begin()
+	return a.pool.s.ackAsync(ctx, h, a.pending.end)
 }
 
-// ChangeInvisibleDuration makes the message invisible for d from now (0 makes
-// it visible at once) and returns the handle with the broker's new receipt
-// handle. A leased message stops being renewed: it was handed back.
+// ChangeInvisibleDuration makes the message invisible for d from now (0
+// makes it visible at once) and returns the handle with the broker's new
+// receipt handle; the message's lease, if any, ends. A negative d is an error
+// (an *OptionError) and nothing happens: no deferral ever acks. ctx bounds
+// the call.
 func (a *Acker) ChangeInvisibleDuration(ctx context.Context, h ReceiptHandle, d time.Duration) (ReceiptHandle, error) {
-	return a.pool.ChangeInvisibleDuration(ctx, a.current(h, true), d)
+	a.pending.begin()
+	defer a.pending.end()
+	return a.pool.s.changeInvisible(ctx, h, d)
 }
 
-// current returns the newest handle for h's delivery, dropping its lease
-// when release is set.
-func (a *Acker) current(h ReceiptHandle, release bool) ReceiptHandle {
-	if a.leases == nil {
-		return h
-	}
-	return a.leases.take(h, release)
+// Release makes the message visible to its group again at once
+// (ChangeInvisibleDuration 0) and ends its lease, if any. ctx bounds the
+// call.
+func (a *Acker) Release(ctx context.Context, h ReceiptHandle) error {
+	_, err := a.ChangeInvisibleDuration(ctx, h, 0)
+	return err
 }
+
+// Leave ends the message's lease, if any, and sends nothing: the message
+// comes back to its group when its current invisibility ends. Without a
+// lease it does nothing.
+func (a *Acker) Leave(h ReceiptHandle) { a.pool.s.leave(h) }
 
 // Stats returns the counters of the acker's pool.
 func (a *Acker) Stats() AckPoolStats { return a.pool.Stats() }
+
+// pending counts calls in progress; wait returns when there are none.
+type pending struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0
+}
+
+func (p *pending) begin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n == 0 {
+		p.idle = make(chan struct{})
+	}
+	p.n++
+}
+
+func (p *pending) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n--
+	if p.n == 0 {
+		close(p.idle)
+	}
+}
+
+// wait waits until no call is in progress, or ctx ends.
+func (p *pending) wait(ctx context.Context) error {
+	p.mu.Lock()
+	if p.n == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	idle := p.idle
+	p.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

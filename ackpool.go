@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,11 +29,24 @@ type CredentialsResolver func(endpoints string) (client.Credentials, error)
 type AckPoolConfig struct {
 	// Connection supplies TLS, timeout, logging, metrics and, unless
 	// Credentials is set, the credentials for every endpoint. Its Endpoints
-	// may be empty: handles carry their own.
+	// are the access points the pool acks to unless AllowedEndpoints is set.
 	Connection
+	// Name identifies the pool. Two AcquireAckPool calls share a pool only
+	// when their Name and every other setting that changes what goes on the
+	// wire are equal. Required when Credentials is set: a resolver's identity
+	// cannot be compared, so the name stands for it — give each tenant (each
+	// set of credentials) its own name.
+	Name string
 	// Credentials resolves credentials per endpoint; nil means
-	// Connection.Credentials for all.
+	// Connection.Credentials for all. Requires Name.
 	Credentials CredentialsResolver
+	// AllowedEndpoints lists the access points ("host:port" or
+	// "host:port;host:port" each) the pool acks to, for a pool that serves
+	// several clusters. Empty means Connection.Endpoints alone. One of the two
+	// must be set. A handle naming any other address fails with
+	// ErrEndpointNotAllowed, before any RPC and without creating a client: a
+	// pool never signs a request for a host it was not configured for.
+	AllowedEndpoints []string
 	// MaxBatch caps the entries of one AckMessage RPC. Default 64.
 	MaxBatch int
 	// Linger is how long an ack waits for others to share its RPC.
@@ -65,46 +80,112 @@ func (c AckPoolConfig) validate() error {
 		return optionError("MaxAttempts", "must not be negative")
 	case c.RequestTimeout < 0:
 		return optionError("RequestTimeout", "must not be negative")
+	case c.Credentials != nil && strings.TrimSpace(c.Name) == "":
+		return optionError("Name", "required when Credentials is set: it tells pools with different credentials apart")
 	}
 	return nil
 }
 
-// ErrPoolReleased is returned by acks on a pool whose last reference was
-// released.
-var ErrPoolReleased = errors.New("rmqflow: ack pool released")
+// allowed returns the addresses the pool acks to, sorted and deduplicated.
+func (c AckPoolConfig) allowed() ([]string, error) {
+	lists := c.AllowedEndpoints
+	if len(lists) == 0 {
+		if c.Endpoints == "" {
+			return nil, optionError("AllowedEndpoints", "set Connection.Endpoints or AllowedEndpoints: a pool acks only to endpoints it was configured for")
+		}
+		lists = []string{c.Endpoints}
+	}
+	var out []string
+	for _, l := range lists {
+		eps, err := client.ParseEndpoints(l)
+		if err != nil {
+			return nil, optionError("AllowedEndpoints", err.Error())
+		}
+		for _, a := range eps {
+			out = append(out, a.String())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
 
-// AckPool acks and changes the invisibility of messages by ReceiptHandle. It
-// is process-wide and reference-counted: AcquireAckPool with an equal
-// configuration returns the same pool, and the last Release closes it. Each
+var (
+	// ErrPoolReleased is returned by acks on a pool whose last reference was
+	// released.
+	ErrPoolReleased = errors.New("rmqflow: ack pool released")
+	// ErrAckNotSent is wrapped, with the context's error, by an ack whose
+	// context ended before the ack went out (waiting for room in the batch
+	// queue, for a lease renewal of the same delivery to finish, or in the
+	// queue). Nothing was sent: ack again, or let the message come back when
+	// its invisibility ends (a lease of the delivery has ended all the same).
+	ErrAckNotSent = errors.New("rmqflow: ack not sent")
+	// ErrAckOutcomeUnknown is wrapped, with the context's error, by an ack
+	// whose RPC was sent but whose answer did not come before its context (or
+	// the pool's Release) ended. The broker may or may not have acked: the
+	// message may be delivered again, and a redelivery is the only sign.
+	ErrAckOutcomeUnknown = errors.New("rmqflow: ack sent, outcome unknown")
+	// ErrEndpointNotAllowed is returned for a handle naming an address the
+	// pool was not configured for (AckPoolConfig.AllowedEndpoints): nothing
+	// is sent.
+	ErrEndpointNotAllowed = errors.New("rmqflow: the handle names an endpoint this ack pool is not configured for")
+)
+
+func notSent(err error) error { return fmt.Errorf("%w: %w", ErrAckNotSent, err) }
+
+func outcomeUnknown(err error) error { return fmt.Errorf("%w: %w", ErrAckOutcomeUnknown, err) }
+
+// AckPool is one holder's reference to a process-wide pool that acks and
+// changes the invisibility of messages by ReceiptHandle. AcquireAckPool with
+// an equal configuration shares the underlying pool; each call returns its
+// own *AckPool, whose Release drops that holder's reference once (a second
+// Release is a no-op), and the last Release closes the shared pool. Each
 // handle is routed by its endpoints and namespace to one lazily created ack
 // client, and acks for one group and topic are coalesced into multi-entry
 // AckMessage RPCs; every caller still gets the result of its own entry.
+//
+// A pool ends the lease (see LeaseConfig) of every delivery it acks or whose
+// invisibility it changes, and acks with the lease's newest receipt handle,
+// whichever holder or Acker the call comes through.
 //
 // Ack clients never join a consumer group's dispatch: they ack without a
 // session, and open a producer session (no group) the first time they change
 // an invisible duration, which the broker requires (docs/broker-semantics.md,
 // scenario j).
 type AckPool struct {
+	s        *ackPool
+	metrics  *metrics // the shared pool's
+	released atomic.Bool
+}
+
+// ackPool is the shared pool behind the holders.
+type ackPool struct {
 	key     string
 	cfg     AckPoolConfig
+	allowed map[string]bool
 	metrics *metrics
 	stats   poolStats
+	// rpcCtx bounds the ack RPCs; a Release whose ctx ends cancels it.
+	rpcCtx    context.Context
+	cancelRPC context.CancelFunc
 
 	mu       sync.Mutex
 	refs     int
 	closed   bool
 	clients  map[string]*ackClient // endpoints|namespace -> client
 	batchers map[batchKey]*batcher
+	tables   map[*leaseTable]struct{} // the lease tables of sources on this pool
 	wg       sync.WaitGroup
 }
 
 var (
 	poolsMu sync.Mutex
-	pools   = map[string]*AckPool{}
+	pools   = map[string]*ackPool{}
 )
 
-// AcquireAckPool returns the process-wide pool for cfg, creating it on first
-// use. Release it when done.
+// AcquireAckPool returns a holder of the process-wide pool for cfg, creating
+// the pool on first use. Release the holder when done. It fails with an
+// *OptionError when Credentials is set without Name, when neither
+// Connection.Endpoints nor AllowedEndpoints is set, or on an invalid value.
 func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -114,32 +195,50 @@ func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
 			return nil, err
 		}
 	}
+	allowed, err := cfg.allowed()
+	if err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
-	key := fmt.Sprintf("%s|%d|%v|%d|%p", cfg.Connection.key(), cfg.MaxBatch, cfg.Linger, cfg.MaxAttempts, cfg.Credentials)
+	// The key covers what changes the wire: the name (standing for the
+	// resolver), the connection (secret as a digest), the TLS config's
+	// identity (two *tls.Config values are never merged), and the allowlist.
+	key := fmt.Sprintf("%q|%s|%p|%q|%d|%v|%d", cfg.Name, cfg.Connection.key(), cfg.TLS, allowed,
+		cfg.MaxBatch, cfg.Linger, cfg.MaxAttempts)
 	poolsMu.Lock()
 	defer poolsMu.Unlock()
 	if p, ok := pools[key]; ok {
 		p.mu.Lock()
 		p.refs++
 		p.mu.Unlock()
-		return p, nil
+		return &AckPool{s: p, metrics: p.metrics}, nil
 	}
-	p := &AckPool{key: key, cfg: cfg, refs: 1, metrics: newMetrics(cfg.Meter),
-		clients: map[string]*ackClient{}, batchers: map[batchKey]*batcher{}}
+	p := &ackPool{key: key, cfg: cfg, refs: 1, metrics: newMetrics(cfg.Meter), allowed: map[string]bool{},
+		clients: map[string]*ackClient{}, batchers: map[batchKey]*batcher{}, tables: map[*leaseTable]struct{}{}}
+	for _, a := range allowed {
+		p.allowed[a] = true
+	}
+	p.rpcCtx, p.cancelRPC = context.WithCancel(context.Background())
 	pools[key] = p
-	return p, nil
+	return &AckPool{s: p, metrics: p.metrics}, nil
 }
 
-// Release drops one reference; the last one flushes pending acks (bounded by
-// ctx), stops the batchers and closes the ack clients.
-func (p *AckPool) Release(ctx context.Context) {
+// Release drops this holder's reference; a second Release of the same
+// holder does nothing. The last reference flushes the acks already queued
+// and stops the pool. ctx bounds that: when it ends first, the acks still on
+// the wire are abandoned and complete with an error wrapping
+// ErrAckOutcomeUnknown, and Release returns an error wrapping ctx.Err().
+// Acks submitted after the last Release fail with ErrPoolReleased.
+func (p *AckPool) Release(ctx context.Context) error {
+	if !p.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	return p.s.release(ctx)
+}
+
+func (p *ackPool) release(ctx context.Context) error {
 	poolsMu.Lock()
 	p.mu.Lock()
-	if p.refs == 0 {
-		p.mu.Unlock()
-		poolsMu.Unlock()
-		return // released more often than acquired: nothing left to do
-	}
 	p.refs--
 	last := p.refs == 0
 	if last {
@@ -151,53 +250,119 @@ func (p *AckPool) Release(ctx context.Context) {
 	p.mu.Unlock()
 	poolsMu.Unlock()
 	if !last {
-		return
+		return nil
 	}
 	for _, b := range batchers {
 		b.close()
 	}
-	p.wg.Wait()
+	flushed := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(flushed)
+	}()
+	var err error
+	select {
+	case <-flushed:
+	case <-ctx.Done():
+		err = fmt.Errorf("rmqflow: ack pool released before its queued acks completed (their outcome is unknown): %w", ctx.Err())
+		p.cancelRPC()
+		<-flushed // the batchers end at once: their RPCs are cancelled
+	}
+	p.cancelRPC()
 	for _, c := range clients {
 		_ = c.c.Close(ctx)
 	}
+	return err
 }
 
-// Ack acks h and waits for its result. A nil error means the broker accepted
-// the ack. An error satisfying errors.Is(err, client.ErrInvalidReceiptHandle)
-// means the handle had expired: the message will be (or was) delivered
-// again; count it and move on, it is not a pipeline failure.
+// Ack acks h and waits for its result, with the newest receipt handle of its
+// delivery when a source of this pool leases it (the lease ends). A nil error
+// means the broker accepted the ack. Errors:
+//   - errors.Is(err, client.ErrInvalidReceiptHandle): the handle had expired;
+//     the message will be (or was) delivered again. Count it and move on.
+//   - ErrAckNotSent (with ctx's error): ctx ended before the ack was sent.
+//   - ErrAckOutcomeUnknown (with ctx's error): ctx ended while the ack was
+//     on the wire.
+//   - ErrBadHandle, ErrEndpointNotAllowed, ErrPoolReleased: nothing was sent.
+//
+// Ack returns by ctx's deadline.
 func (p *AckPool) Ack(ctx context.Context, h ReceiptHandle) error {
-	f := p.AckAsync(ctx, h)
-	select {
-	case <-f.done:
-		return f.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return p.AckAsync(ctx, h).wait(ctx)
 }
 
 // AckFuture is the pending result of AckAsync.
 type AckFuture struct {
-	done chan struct{}
-	err  error
+	done  chan struct{}
+	err   error
+	state atomic.Int32 // ackQueued, ackSending or ackAbandoned
+	after func()       // called once the result is known
+}
+
+const (
+	ackQueued int32 = iota
+	ackSending
+	ackAbandoned
+)
+
+func newFuture(after func()) *AckFuture {
+	return &AckFuture{done: make(chan struct{}), after: after}
 }
 
 // Done is closed when the result is known.
 func (f *AckFuture) Done() <-chan struct{} { return f.done }
 
-// Err returns the result; valid after Done is closed.
+// Err returns the result; valid after Done is closed. Its errors are those
+// of AckPool.Ack.
 func (f *AckFuture) Err() error { return f.err }
 
 func (f *AckFuture) complete(err error) {
 	f.err = err
 	close(f.done)
+	if f.after != nil {
+		f.after()
+	}
 }
 
-// AckAsync queues an ack of h and returns at once. ctx is used only to
-// create the ack client when this is the first handle for its endpoints.
+// wait returns the result, or when ctx ends first ErrAckNotSent (the ack is
+// withdrawn if it is still queued) or ErrAckOutcomeUnknown.
+func (f *AckFuture) wait(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+	}
+	select {
+	case <-f.done:
+		return f.err
+	default:
+	}
+	if f.state.CompareAndSwap(ackQueued, ackAbandoned) {
+		return notSent(ctx.Err())
+	}
+	return outcomeUnknown(ctx.Err())
+}
+
+// AckAsync queues an ack of h and returns at once; the future completes
+// with what Ack would return. ctx bounds the wait for room in the queue and
+// for a renewal of the same delivery in progress, and the time the ack may
+// wait in the queue: an ack whose ctx ends before it is sent is withdrawn
+// (ErrAckNotSent). Once sent, the ack completes whatever ctx does.
 func (p *AckPool) AckAsync(ctx context.Context, h ReceiptHandle) *AckFuture {
-	f := &AckFuture{done: make(chan struct{})}
-	if err := h.Validate(); err != nil {
+	return p.s.ackAsync(ctx, h, nil)
+}
+
+func (p *ackPool) ackAsync(ctx context.Context, h ReceiptHandle, after func()) *AckFuture {
+	f := newFuture(after)
+	if err := p.check(h); err != nil {
+		f.complete(err)
+		return f
+	}
+	if err := ctx.Err(); err != nil {
+		f.complete(notSent(err))
+		return f
+	}
+	h, err := p.endLease(ctx, h)
+	if err != nil {
 		f.complete(err)
 		return f
 	}
@@ -206,18 +371,112 @@ func (p *AckPool) AckAsync(ctx context.Context, h ReceiptHandle) *AckFuture {
 		f.complete(err)
 		return f
 	}
-	if !b.submit(ackReq{h: h, f: f}) {
-		f.complete(ErrPoolReleased)
+	if err := b.submit(ctx, ackReq{ctx: ctx, h: h, f: f}); err != nil {
+		f.complete(err)
 	}
 	return f
 }
 
-// ChangeInvisibleDuration makes the delivery invisible for d from now and
-// returns the handle with the broker's new receipt handle.
-func (p *AckPool) ChangeInvisibleDuration(ctx context.Context, h ReceiptHandle, d time.Duration) (ReceiptHandle, error) {
+// check validates h and that the pool may send for its endpoints.
+func (p *ackPool) check(h ReceiptHandle) error {
 	if err := h.Validate(); err != nil {
+		return err
+	}
+	return p.allow(h.Endpoints)
+}
+
+func (p *ackPool) allow(endpoints string) error {
+	eps, err := client.ParseEndpoints(endpoints)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadHandle, err)
+	}
+	for _, a := range eps {
+		if !p.allowed[a.String()] {
+			return fmt.Errorf("%w: %s", ErrEndpointNotAllowed, a)
+		}
+	}
+	return nil
+}
+
+// endLease ends the lease of h's delivery, if a source of this pool holds
+// one, and returns its newest handle; it waits (bounded by ctx) for a renewal
+// of the delivery on the wire.
+func (p *ackPool) endLease(ctx context.Context, h ReceiptHandle) (ReceiptHandle, error) {
+	l := p.leaseOf(h)
+	if l == nil {
+		return h, nil
+	}
+	return l.end(ctx, h)
+}
+
+// leaseOf finds the lease of h's delivery: through the handle's owner, or
+// any lease table of this pool.
+func (p *ackPool) leaseOf(h ReceiptHandle) *lease {
+	if t, ok := h.owner.(*leaseTable); ok {
+		if l := t.lookup(h); l != nil {
+			return l
+		}
+	}
+	p.mu.Lock()
+	tables := make([]*leaseTable, 0, len(p.tables))
+	for t := range p.tables {
+		tables = append(tables, t)
+	}
+	p.mu.Unlock()
+	for _, t := range tables {
+		if l := t.lookup(h); l != nil {
+			return l
+		}
+	}
+	return nil
+}
+
+func (p *ackPool) addTable(t *leaseTable) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tables[t] = struct{}{}
+}
+
+func (p *ackPool) removeTable(t *leaseTable) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.tables, t)
+}
+
+// ChangeInvisibleDuration makes the delivery invisible for d from now (0:
+// visible again at once) and returns the handle with the broker's new
+// receipt handle. It ends the delivery's lease, if any, and uses its newest
+// handle. A negative d is an error and nothing is sent. ctx bounds the call.
+func (p *AckPool) ChangeInvisibleDuration(ctx context.Context, h ReceiptHandle, d time.Duration) (ReceiptHandle, error) {
+	return p.s.changeInvisible(ctx, h, d)
+}
+
+func (p *ackPool) changeInvisible(ctx context.Context, h ReceiptHandle, d time.Duration) (ReceiptHandle, error) {
+	if d < 0 {
+		return h, optionError("invisible duration", fmt.Sprintf("%v is negative; 0 makes the message visible at once", d))
+	}
+	if err := p.check(h); err != nil {
 		return h, err
 	}
+	if err := ctx.Err(); err != nil {
+		return h, notSent(err)
+	}
+	h, err := p.endLease(ctx, h)
+	if err != nil {
+		return h, err
+	}
+	return p.changeInvisibleRaw(ctx, h, d)
+}
+
+// leave ends the lease of h's delivery, if any, without any RPC.
+func (p *ackPool) leave(h ReceiptHandle) {
+	if l := p.leaseOf(h); l != nil {
+		l.leave()
+	}
+}
+
+// changeInvisibleRaw sends ChangeInvisibleDuration for h as it is.
+func (p *ackPool) changeInvisibleRaw(ctx context.Context, h ReceiptHandle, d time.Duration) (ReceiptHandle, error) {
 	ac, err := p.client(h.Endpoints, h.Namespace)
 	if err != nil {
 		return h, err
@@ -239,7 +498,7 @@ func (p *AckPool) ChangeInvisibleDuration(ctx context.Context, h ReceiptHandle, 
 
 // AckPoolStats counts what a pool did since it was created.
 type AckPoolStats struct {
-	// Acks is the number of acks completed (any outcome).
+	// Acks is the number of acks completed by an RPC (any outcome).
 	Acks int64
 	// AckRPCs is the number of AckMessage RPCs sent, retries included.
 	AckRPCs int64
@@ -253,10 +512,11 @@ type poolStats struct {
 	acks, rpcs, invalid, cid atomic.Int64
 }
 
-// Stats returns the pool's counters.
+// Stats returns the counters of the shared pool.
 func (p *AckPool) Stats() AckPoolStats {
-	return AckPoolStats{Acks: p.stats.acks.Load(), AckRPCs: p.stats.rpcs.Load(),
-		InvalidHandles: p.stats.invalid.Load(), ChangeInvisible: p.stats.cid.Load()}
+	s := &p.s.stats
+	return AckPoolStats{Acks: s.acks.Load(), AckRPCs: s.rpcs.Load(),
+		InvalidHandles: s.invalid.Load(), ChangeInvisible: s.cid.Load()}
 }
 
 // ackClient is one connection of the pool.
@@ -283,7 +543,10 @@ func (a *ackClient) ensureSession(ctx context.Context, topic string) error {
 	return nil
 }
 
-func (p *AckPool) client(endpoints, namespace string) (*ackClient, error) {
+func (p *ackPool) client(endpoints, namespace string) (*ackClient, error) {
+	if err := p.allow(endpoints); err != nil {
+		return nil, err
+	}
 	k := endpoints + "|" + namespace
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -313,9 +576,13 @@ func (p *AckPool) client(endpoints, namespace string) (*ackClient, error) {
 
 type batchKey struct{ endpoints, namespace, group, topic string }
 
-func (p *AckPool) batcher(h ReceiptHandle) (*batcher, error) {
+func (p *ackPool) batcher(h ReceiptHandle) (*batcher, error) {
 	k := batchKey{h.Endpoints, h.Namespace, h.Group, h.Topic}
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrPoolReleased
+	}
 	if b, ok := p.batchers[k]; ok {
 		p.mu.Unlock()
 		return b, nil
@@ -333,7 +600,7 @@ func (p *AckPool) batcher(h ReceiptHandle) (*batcher, error) {
 	if b, ok := p.batchers[k]; ok {
 		return b, nil
 	}
-	b := &batcher{key: k, c: ac.c, cfg: p.cfg, metrics: p.metrics, stats: &p.stats, in: make(chan ackReq, p.cfg.MaxBatch*4)}
+	b := newBatcher(k, ac.c, p)
 	p.batchers[k] = b
 	p.wg.Add(1)
 	go func() {

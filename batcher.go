@@ -11,8 +11,9 @@ import (
 )
 
 type ackReq struct {
-	h ReceiptHandle
-	f *AckFuture
+	ctx context.Context
+	h   ReceiptHandle
+	f   *AckFuture
 }
 
 // batcher coalesces the acks of one (endpoints, namespace, group, topic) into
@@ -24,29 +25,48 @@ type batcher struct {
 	cfg     AckPoolConfig
 	metrics *metrics
 	stats   *poolStats
+	rpcCtx  context.Context
 
-	mu     sync.RWMutex
-	closed bool
-	in     chan ackReq
+	in   chan ackReq
+	stop chan struct{} // closed by close
+
+	mu         sync.Mutex
+	closed     bool
+	submitting sync.WaitGroup // submits between the closed check and their send
 }
 
-// submit queues r; false once the batcher is closed.
-func (b *batcher) submit(r ackReq) bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
+func newBatcher(k batchKey, c *client.Client, p *ackPool) *batcher {
+	return &batcher{key: k, c: c, cfg: p.cfg, metrics: p.metrics, stats: &p.stats, rpcCtx: p.rpcCtx,
+		in: make(chan ackReq, p.cfg.MaxBatch*4), stop: make(chan struct{})}
+}
+
+// submit queues r, waiting for room no longer than ctx allows.
+func (b *batcher) submit(ctx context.Context, r ackReq) error {
+	b.mu.Lock()
 	if b.closed {
-		return false
+		b.mu.Unlock()
+		return ErrPoolReleased
 	}
-	b.in <- r
-	return true
+	b.submitting.Add(1)
+	b.mu.Unlock()
+	defer b.submitting.Done()
+	select {
+	case b.in <- r:
+		return nil
+	case <-ctx.Done():
+		return notSent(ctx.Err())
+	case <-b.stop:
+		return ErrPoolReleased
+	}
 }
 
+// close stops the batcher: what was queued is still sent.
 func (b *batcher) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.closed {
 		b.closed = true
-		close(b.in)
+		close(b.stop)
 	}
 }
 
@@ -55,24 +75,25 @@ func (b *batcher) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		r, open := <-b.in
-		if !open {
+		select {
+		case r := <-b.in:
+			batch = append(batch[:0], r)
+		case <-b.stop:
+			b.finish(batch[:0])
 			return
 		}
-		batch = append(batch[:0], r)
 		timer.Reset(b.cfg.Linger)
 	collect:
 		for len(batch) < b.cfg.MaxBatch {
 			select {
-			case r, open := <-b.in:
-				if !open {
-					timer.Stop()
-					b.flush(batch)
-					return
-				}
+			case r := <-b.in:
 				batch = append(batch, r)
 			case <-timer.C:
 				break collect
+			case <-b.stop:
+				timer.Stop()
+				b.finish(batch)
+				return
 			}
 		}
 		timer.Stop() // Go 1.23+ timers: no stale tick survives Stop
@@ -80,28 +101,64 @@ func (b *batcher) run() {
 	}
 }
 
-// ErrDuplicateAck is the result of the second of two acks of the same delivery
-// submitted in one batch: the first is sent, the second is reported.
-var ErrDuplicateAck = errors.New("rmqflow: the same receipt handle was acked twice in one batch")
+// finish sends batch and everything still queued, once no submit can add
+// more.
+func (b *batcher) finish(batch []ackReq) {
+	b.submitting.Wait()
+	for {
+	fill:
+		for len(batch) < b.cfg.MaxBatch {
+			select {
+			case r := <-b.in:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		b.flush(batch)
+		batch = batch[:0]
+	}
+}
 
 // flush sends one batch, retrying a request-level retriable failure with
 // bounded backoff, and completes every future with its own entry's result.
+// Acks withdrawn or whose ctx ended while queued are not sent (ErrAckNotSent).
+// Two acks of one receipt handle are sent once and both get that entry's
+// result: the broker treats a repeated ack as success.
 func (b *batcher) flush(batch []ackReq) {
-	seen := make(map[string]bool, len(batch))
+	first := make(map[string]int, len(batch)) // handle -> index in reqs
 	reqs := make([]ackReq, 0, len(batch))
+	var dups [][]ackReq // per reqs index: later acks of the same handle
 	for _, r := range batch {
-		if seen[r.h.Handle] {
-			r.f.complete(ErrDuplicateAck)
+		if err := r.ctx.Err(); err != nil {
+			if r.f.state.CompareAndSwap(ackQueued, ackAbandoned) {
+				r.f.complete(notSent(err))
+				continue
+			}
+		}
+		if !r.f.state.CompareAndSwap(ackQueued, ackSending) {
+			r.f.complete(notSent(context.Canceled)) // withdrawn by a waiting Ack whose ctx ended
 			continue
 		}
-		seen[r.h.Handle] = true
+		if i, ok := first[r.h.Handle]; ok {
+			dups[i] = append(dups[i], r)
+			continue
+		}
+		first[r.h.Handle] = len(reqs)
 		reqs = append(reqs, r)
+		dups = append(dups, nil)
+	}
+	if len(reqs) == 0 {
+		return
 	}
 	entries := make([]client.AckEntry, len(reqs))
 	for i, r := range reqs {
 		entries[i] = r.h.ackEntry()
 	}
-	ctx := context.Background()
+	ctx := b.rpcCtx
 	b.metrics.ackBatch(ctx, len(entries))
 	bo := backoff.New(50*time.Millisecond, time.Second)
 	var (
@@ -111,17 +168,24 @@ func (b *batcher) flush(batch []ackReq) {
 	for attempt := 1; ; attempt++ {
 		b.stats.rpcs.Add(1)
 		res, err = b.c.Ack(ctx, b.key.group, b.key.topic, entries)
-		if err == nil || attempt >= b.cfg.MaxAttempts || !client.IsRetriable(err) {
+		if err == nil || attempt >= b.cfg.MaxAttempts || !client.IsRetriable(err) || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(bo.Next())
+		if !backoff.Sleep(ctx, bo.Next()) {
+			break
+		}
+	}
+	if err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		// The request may have reached the broker: say so, do not call it
+		// failed.
+		err = outcomeUnknown(err)
 	}
 	for i, r := range reqs {
 		e := err
 		if e == nil {
 			e = res[i].Err
 		}
-		b.metrics.acked(ctx, e)
+		b.metrics.acked(context.Background(), e)
 		b.stats.acks.Add(1)
 		if e != nil && errors.Is(e, client.ErrInvalidReceiptHandle) {
 			b.stats.invalid.Add(1)
@@ -129,5 +193,8 @@ func (b *batcher) flush(batch []ackReq) {
 				"handle", r.h.String())
 		}
 		r.f.complete(e)
+		for _, d := range dups[i] {
+			d.f.complete(e)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package rmqflow
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -10,25 +11,33 @@ import (
 // invisible by default.
 const DefaultLeaseMaxExtension = time.Hour
 
-// LeaseConfig turns on the in-process lease table (beyond the Flink
-// connector, like the Pub/Sub Go client's lease extension): every message a
-// source emits keeps being renewed, RenewalAheadTime before its invisibility
-// ends, until it is acked or deferred through the source's Acker or
-// MaxExtension has passed since it was received.
+// LeaseConfig turns on leases (beyond the Flink connector, like the Pub/Sub
+// Go client's lease extension): every message a source emits with a decoded
+// value (m.Err == nil) keeps being renewed, RenewalAheadTime before its
+// invisibility ends, until MaxExtension has passed since it was emitted or
+// the lease ends. A lease ends when the delivery is, through the source's
+// ack pool (any Acker from NewAcker on a holder of that pool, the pool's own
+// methods, or Source.Acker — they behave the same):
+//   - acked (Ack, AckAsync), deferred or released (ChangeInvisibleDuration,
+//     Acker.Release), or left (Acker.Leave: no RPC, the message comes back
+//     when its current invisibility ends);
+//   - or handed off: encoding the handle (MarshalBinary, MarshalJSON) ends
+//     the lease and encodes the newest receipt handle, so that the holder of
+//     the bytes owns the delivery from then on. It has what is left of the
+//     current invisibility (up to InvisibleDuration) to ack it or to extend
+//     it with ChangeInvisibleDuration; nothing in this process renews it any
+//     more.
 //
-// Renewal changes the broker's receipt handle; the Acker acks with the newest
-// one. A handle that has left the process (serialized, sent to another
-// service) is frozen at what it was then: this process cannot tell its new
-// holder about later handles, and the holder cannot tell this process it
-// acked, so the lease goes on renewing it until MaxExtension. On RocketMQ
-// 5.5.0 the frozen handle still acks a lite message, but on a normal topic an
-// ack with a handle older than the last renewal answers OK and does not take
-// (docs/broker-semantics.md, scenario d): keep leases off for messages that
-// leave the process.
+// Renewal changes the broker's receipt handle; every ack of a leased delivery
+// uses the newest one, and an ack or a change that overlaps a renewal waits
+// for the renewal to finish (on a normal topic an ack with a superseded
+// handle answers OK without taking effect, docs/broker-semantics.md,
+// scenario d). An ack arriving from another process cannot end a lease here:
+// hand the handle off by encoding it instead of copying its fields.
 type LeaseConfig struct {
 	// Enabled turns leases on. Off by default.
 	Enabled bool
-	// MaxExtension bounds how long after receipt a message is renewed.
+	// MaxExtension bounds how long after emission a message is renewed.
 	// Default 1 h.
 	MaxExtension time.Duration
 }
@@ -47,59 +56,117 @@ func (c LeaseConfig) validate() error {
 	return nil
 }
 
-type leaseKey struct{ group, topic, messageID string }
+type leaseKey struct{ namespace, group, topic, messageID string }
 
+func keyOf(h ReceiptHandle) leaseKey { return leaseKey{h.Namespace, h.Group, h.Topic, h.MessageID} }
+
+// lease is one emitted delivery. lock is held across a renewal RPC and while
+// an ack, a change or a hand-off takes the newest handle, so that nothing
+// acks a handle a renewal is about to supersede.
 type lease struct {
-	h         ReceiptHandle
+	lock  chan struct{} // one slot: a mutex that waits with a context
+	h     ReceiptHandle // the newest handle; guarded by lock
+	ended atomic.Bool   // no more renewals
+
+	// guarded by the table's mu
+	handles   map[string]bool // every broker handle this delivery had
 	visibleAt time.Time
 	until     time.Time
 }
 
-// leaseTable renews emitted, unacked messages.
+func (l *lease) acquire(ctx context.Context) error {
+	select {
+	case l.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *lease) unlock() { <-l.lock }
+
+// end ends the lease and returns its newest handle, waiting (bounded by ctx)
+// for a renewal on the wire; h is the caller's handle, whose other fields
+// are kept.
+func (l *lease) end(ctx context.Context, h ReceiptHandle) (ReceiptHandle, error) {
+	if err := l.acquire(ctx); err != nil {
+		return h, notSent(err)
+	}
+	defer l.unlock()
+	l.ended.Store(true)
+	h.Handle = l.h.Handle
+	h.owner = nil
+	return h, nil
+}
+
+// leave ends the lease without waiting for anything.
+func (l *lease) leave() { l.ended.Store(true) }
+
+// leaseTable renews the emitted messages of one source. Ended leases stay
+// as tombstones until their invisibility has passed, so that a late second
+// ack of the delivery still uses its newest handle.
 type leaseTable struct {
 	cfg       LeaseConfig
 	invisible time.Duration
 	ahead     time.Duration
-	pool      *AckPool
+	pool      *ackPool
 	log       loggerLike
 	metrics   *metrics
+	now       func() time.Time
 
 	mu     sync.Mutex
 	leases map[leaseKey]*lease
 }
 
-func newLeaseTable(cfg LeaseConfig, invisible, ahead time.Duration, pool *AckPool, log loggerLike, m *metrics) *leaseTable {
-	return &leaseTable{cfg: cfg, invisible: invisible, ahead: ahead, pool: pool, log: log, metrics: m, leases: map[leaseKey]*lease{}}
+func newLeaseTable(cfg LeaseConfig, invisible, ahead time.Duration, pool *ackPool, log loggerLike, m *metrics) *leaseTable {
+	return &leaseTable{cfg: cfg, invisible: invisible, ahead: ahead, pool: pool, log: log, metrics: m,
+		now: time.Now, leases: map[leaseKey]*lease{}}
 }
 
-func keyOf(h ReceiptHandle) leaseKey { return leaseKey{h.Group, h.Topic, h.MessageID} }
-
+// add leases h's delivery, invisible until visibleAt.
 func (t *leaseTable) add(h ReceiptHandle, visibleAt time.Time) {
+	h.owner = nil
+	l := &lease{lock: make(chan struct{}, 1), h: h, handles: map[string]bool{h.Handle: true},
+		visibleAt: visibleAt, until: t.now().Add(t.cfg.MaxExtension)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.leases[keyOf(h)] = &lease{h: h, visibleAt: visibleAt, until: time.Now().Add(t.cfg.MaxExtension)}
+	t.leases[keyOf(h)] = l
 }
 
-// take returns the newest handle of h's delivery (h itself when it has no
-// lease) and, with release, ends the lease.
-func (t *leaseTable) take(h ReceiptHandle, release bool) ReceiptHandle {
+// lookup returns the lease of h's delivery (live or ended), or nil when h is
+// not one of its handles.
+func (t *leaseTable) lookup(h ReceiptHandle) *lease {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l, ok := t.leases[keyOf(h)]
-	if !ok {
+	if !ok || !l.handles[h.Handle] {
+		return nil
+	}
+	return l
+}
+
+// handOff implements handOffer: the lease ends and h leaves with the newest
+// handle. It waits for a renewal of the delivery on the wire.
+func (t *leaseTable) handOff(h ReceiptHandle) ReceiptHandle {
+	l := t.lookup(h)
+	if l == nil {
 		return h
 	}
-	if release {
-		delete(t.leases, keyOf(h))
-	}
-	return l.h
+	nh, _ := l.end(context.Background(), h)
+	return nh
 }
 
 // len is the number of live leases.
 func (t *leaseTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.leases)
+	n := 0
+	for _, l := range t.leases {
+		if !l.ended.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 func (t *leaseTable) run(ctx context.Context) {
@@ -111,32 +178,46 @@ func (t *leaseTable) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, l := range t.due(time.Now()) {
+		for _, l := range t.due(t.now()) {
 			t.renew(ctx, l)
 		}
 	}
 }
 
-// due returns copies of the leases to renew now and drops expired ones.
-func (t *leaseTable) due(now time.Time) []lease {
+// due returns the leases to renew now; it ends those past MaxExtension and
+// forgets ended ones whose invisibility has passed.
+func (t *leaseTable) due(now time.Time) []*lease {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []lease
+	var out []*lease
 	for k, l := range t.leases {
-		if now.After(l.until) {
-			delete(t.leases, k)
+		if !l.ended.Load() && now.After(l.until) {
+			l.ended.Store(true)
+		}
+		if l.ended.Load() {
+			if now.After(l.visibleAt) {
+				delete(t.leases, k)
+			}
 			continue
 		}
 		if l.visibleAt.Sub(now) <= t.ahead {
-			out = append(out, *l)
+			out = append(out, l)
 		}
 	}
 	return out
 }
 
-func (t *leaseTable) renew(ctx context.Context, l lease) {
-	t0 := time.Now()
-	nh, err := t.pool.ChangeInvisibleDuration(ctx, l.h, t.invisible)
+// renew extends l, holding its lock across the RPC.
+func (t *leaseTable) renew(ctx context.Context, l *lease) {
+	if l.acquire(ctx) != nil {
+		return
+	}
+	defer l.unlock()
+	if l.ended.Load() {
+		return
+	}
+	t0 := t.now()
+	nh, err := t.pool.changeInvisibleRaw(ctx, l.h, t.invisible)
 	t.metrics.renewed(ctx, "lease", err)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -144,11 +225,9 @@ func (t *leaseTable) renew(ctx context.Context, l lease) {
 		}
 		return
 	}
+	l.h = nh
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// Still leased, and not acked with this very handle meanwhile?
-	if cur, ok := t.leases[keyOf(l.h)]; ok && cur.h.Handle == l.h.Handle {
-		cur.h = nh
-		cur.visibleAt = t0.Add(t.invisible)
-	}
+	l.handles[nh.Handle] = true
+	l.visibleAt = t0.Add(t.invisible)
 }

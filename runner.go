@@ -525,7 +525,7 @@ func (d *dispatcher[T]) callDeadLetter(ctx context.Context, m *AckableMessage[T]
 // leave gives up the runner's hold on m without an RPC: its lease (if any)
 // ends, and it comes back when its invisibility ends.
 func (d *dispatcher[T]) leave(m *AckableMessage[T]) {
-	d.acker.current(m.Handle, true) // TODO(lead): Acker.Leave once it lands
+	d.acker.Leave(m.Handle)
 }
 
 // releaseBuffered gives back the messages the runner holds but has not

@@ -156,11 +156,12 @@ type Source[T any] struct {
 	log     loggerLike
 	metrics *metrics
 
-	binds []*binding
-	q     *queue
-	pool  *AckPool
-	acker *Acker
-	clk   clock
+	binds  []*binding
+	q      *queue
+	pool   *AckPool
+	acker  *Acker
+	leases *leaseTable // nil unless Leases.Enabled
+	clk    clock
 
 	mu       sync.Mutex
 	started  bool
@@ -204,9 +205,10 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 		return nil, err
 	}
 	s.pool = pool
-	s.acker = &Acker{pool: pool}
+	s.acker = NewAcker(pool)
 	if cfg.Leases.Enabled {
-		s.acker.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool, s.log, s.metrics)
+		s.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool.s, s.log, s.metrics)
+		pool.s.addTable(s.leases) // any ack of a leased delivery through the pool ends its lease
 	}
 	return s, nil
 }
@@ -240,7 +242,7 @@ func (s *Source[T]) Start(ctx context.Context) error {
 			return fmt.Errorf("rmqflow: source %s/%s: %w", b.topic, b.group, err)
 		}
 	}
-	leases := s.acker.leases
+	leases := s.leases
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	for _, b := range s.binds {
@@ -269,8 +271,9 @@ func (s *Source[T]) Start(ctx context.Context) error {
 	return nil
 }
 
-// Acker returns the acker bound to this source's ack pool (and lease table,
-// when leases are on). It works from NewSource on, and its acks keep working
+// Acker returns the Acker over this source's ack pool; it behaves as any
+// NewAcker over a holder of that pool. It works from NewSource on; Close
+// waits for the calls already made through it, and its acks keep working
 // after Close for as long as another holder keeps the pool (AcquireAckPool
 // with the same Connection).
 func (s *Source[T]) Acker() *Acker { return s.acker }
@@ -346,8 +349,9 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 	if m.Err != nil {
 		s.metrics.decodeFailed(ctx)
 	}
-	if s.acker.leases != nil {
-		s.acker.leases.add(m.Handle, e.visibleAt)
+	if s.leases != nil && m.Err == nil { // a message that failed to decode is not leased
+		s.leases.add(m.Handle, e.visibleAt)
+		m.Handle.owner = s.leases // encoding the handle hands the delivery off
 	}
 	s.metrics.emitted(ctx)
 	return m, nil
@@ -403,8 +407,7 @@ func (s *Source[T]) Close(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	if !started {
-		s.pool.Release(ctx)
-		return nil
+		return s.releasePool(ctx)
 	}
 	s.wg.Wait()
 	left := s.q.close()
@@ -413,7 +416,26 @@ func (s *Source[T]) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	s.closeClients(ctx)
-	s.pool.Release(ctx)
+	if err := s.releasePool(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// releasePool waits, bounded by ctx, for the acks and changes already
+// submitted through the source's Acker, then releases the source's reference
+// to the ack pool.
+func (s *Source[T]) releasePool(ctx context.Context) error {
+	var errs []error
+	if err := s.acker.pending.wait(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("rmqflow: acks still in progress at close: %w", err))
+	}
+	if s.leases != nil {
+		s.pool.s.removeTable(s.leases)
+	}
+	if err := s.pool.Release(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,0 +1,373 @@
+package rmqflow
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+const fakeTopic, fakeGroup = "tn", "gn"
+
+// fakeNormal starts rmqfake with the normal topic tn and the group gn.
+func fakeNormal(t *testing.T, opts ...rmqfake.Option) *rmqfake.Server {
+	t.Helper()
+	s := rmqfake.NewForTest(t, opts...)
+	if err := s.CreateTopic(fakeTopic, rmqfake.TopicNormal); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateGroup(fakeGroup); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// received sends n messages to s's tn and receives them as gn, signed with
+// cr; it returns their handles.
+func received(t *testing.T, s *rmqfake.Server, cr client.Credentials, n int) []ReceiptHandle {
+	t.Helper()
+	ctx := rmqtest.Context(t, 20*time.Second)
+	c, err := client.New(client.Config{Endpoints: s.Addr(), Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.OpenSession(ctx, client.SessionConfig{Type: client.SimpleConsumer, Group: fakeGroup,
+		Subscriptions: []client.Subscription{{Topic: fakeTopic}}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := client.New(client.Config{Endpoints: s.Addr(), Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if _, err := p.OpenSession(ctx, client.SessionConfig{Type: client.Producer, Topics: []string{fakeTopic}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := p.Send(ctx, &client.Message{Topic: fakeTopic, Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []ReceiptHandle
+	for len(out) < n {
+		msgs, err := c.Receive(ctx, client.ReceiveRequest{Group: fakeGroup, Topic: fakeTopic, BatchSize: n - len(out),
+			InvisibleDuration: time.Minute, LongPollingTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			out = append(out, ReceiptHandle{Endpoints: s.Addr(), Group: fakeGroup, Topic: m.Topic, MessageID: m.MessageID,
+				Handle: m.ReceiptHandle, DeliveryAttempt: m.DeliveryAttempt})
+		}
+	}
+	return out
+}
+
+func acked(s *rmqfake.Server) int64 { return s.Stats().Groups[fakeGroup].Acked }
+
+// countCalls counts the calls of method s receives.
+func countCalls(s *rmqfake.Server, method string) *atomic.Int64 {
+	var n atomic.Int64
+	s.Intercept(method, func(rmqfake.Call) rmqfake.Verdict { n.Add(1); return rmqfake.Verdict{} })
+	return &n
+}
+
+// TestAckPoolTenantsNotMerged (#2): two tenants' pools built by one resolver
+// factory stay two pools; each signs with its own key. Each tenant's cluster
+// accepts only that tenant's key.
+func TestAckPoolTenantsNotMerged(t *testing.T) {
+	a := fakeNormal(t, rmqfake.Credentials("AK-A", "secret-a"))
+	b := fakeNormal(t, rmqfake.Credentials("AK-B", "secret-b"))
+	crA := client.Credentials{AccessKey: "AK-A", AccessSecret: "secret-a"}
+	crB := client.Credentials{AccessKey: "AK-B", AccessSecret: "secret-b"}
+	hA, hB := received(t, a, crA, 1)[0], received(t, b, crB, 1)[0]
+	resolver := func(cr client.Credentials) CredentialsResolver {
+		return func(string) (client.Credentials, error) { return cr, nil }
+	}
+	ctx := rmqtest.Context(t, 20*time.Second)
+	// One factory, called from one place: the resolvers share their code.
+	tenants := []struct {
+		name string
+		cr   client.Credentials
+		h    ReceiptHandle
+	}{{"tenant-a", crA, hA}, {"tenant-b", crB, hB}}
+	for _, tn := range tenants {
+		pool, err := AcquireAckPool(tenantConfig(tn.name, resolver(tn.cr), a, b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Release(context.Background())
+		if err := pool.Ack(ctx, tn.h); err != nil {
+			t.Errorf("%s's ack: %v", tn.name, err)
+		}
+	}
+	if acked(a) != 1 || acked(b) != 1 {
+		t.Errorf("acked A %d, B %d; want 1 each", acked(a), acked(b))
+	}
+}
+
+func tenantConfig(name string, r CredentialsResolver, servers ...*rmqfake.Server) AckPoolConfig {
+	cfg := AckPoolConfig{Name: name, Credentials: r}
+	for _, s := range servers {
+		cfg.AllowedEndpoints = append(cfg.AllowedEndpoints, s.Addr())
+	}
+	return cfg
+}
+
+// TestAckPoolNameRequired (#2): a resolver without a pool name is refused.
+func TestAckPoolNameRequired(t *testing.T) {
+	_, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: "127.0.0.1:1"},
+		Credentials: func(string) (client.Credentials, error) { return client.Credentials{}, nil }})
+	var oe *OptionError
+	if !errors.As(err, &oe) || oe.Option != "Name" {
+		t.Errorf("resolver without Name: %v, want an OptionError on Name", err)
+	}
+	if _, err := AcquireAckPool(AckPoolConfig{}); !errors.As(err, &oe) {
+		t.Errorf("no endpoints at all: %v, want an OptionError", err)
+	}
+}
+
+// TestAckPoolTLSIdentity (#2): two TLS configs make two pools; one config
+// acquired twice makes one.
+func TestAckPoolTLSIdentity(t *testing.T) {
+	conn := Connection{Endpoints: "127.0.0.1:1"}
+	c1, c2 := conn, conn
+	c1.TLS, c2.TLS = &tls.Config{ServerName: "a"}, &tls.Config{ServerName: "b"}
+	p1, err := AcquireAckPool(AckPoolConfig{Connection: c1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Release(context.Background())
+	p2, err := AcquireAckPool(AckPoolConfig{Connection: c2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Release(context.Background())
+	p3, err := AcquireAckPool(AckPoolConfig{Connection: c1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p3.Release(context.Background())
+	if sharedOf(p1) == sharedOf(p2) {
+		t.Error("two TLS configs share one pool")
+	}
+	if sharedOf(p1) != sharedOf(p3) {
+		t.Error("one TLS config acquired twice made two pools")
+	}
+}
+
+func sharedOf(p *AckPool) *ackPool { return p.s }
+
+// TestAckPoolEndpointAllowlist (#10): a handle naming an endpoint the pool
+// was not configured for fails without any RPC to it.
+func TestAckPoolEndpointAllowlist(t *testing.T) {
+	home, other := fakeNormal(t), fakeNormal(t)
+	h := received(t, other, client.Credentials{}, 1)[0]
+	calls := countCalls(other, "")
+	before := calls.Load()
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: home.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	ctx := rmqtest.Context(t, 10*time.Second)
+	if err := pool.Ack(ctx, h); !errors.Is(err, ErrEndpointNotAllowed) {
+		t.Errorf("ack to an endpoint the pool was not configured for: %v, want ErrEndpointNotAllowed", err)
+	}
+	if _, err := pool.ChangeInvisibleDuration(ctx, h, time.Minute); !errors.Is(err, ErrEndpointNotAllowed) {
+		t.Errorf("change to an endpoint the pool was not configured for: %v, want ErrEndpointNotAllowed", err)
+	}
+	forged := h
+	forged.Endpoints = home.Addr() + ";" + other.Addr() // one allowed address is not enough
+	if err := pool.Ack(ctx, forged); !errors.Is(err, ErrEndpointNotAllowed) {
+		t.Errorf("ack naming an allowed and a foreign address: %v, want ErrEndpointNotAllowed", err)
+	}
+	if n := calls.Load() - before; n != 0 {
+		t.Errorf("the other endpoint received %d calls", n)
+	}
+	pool.s.mu.Lock()
+	clients := len(pool.s.clients)
+	pool.s.mu.Unlock()
+	if clients != 0 {
+		t.Errorf("%d ack clients created for refused handles", clients)
+	}
+	// An explicit allowlist serves several clusters.
+	multi, err := AcquireAckPool(AckPoolConfig{AllowedEndpoints: []string{home.Addr(), other.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer multi.Release(context.Background())
+	if err := multi.Ack(ctx, h); err != nil {
+		t.Errorf("ack through a pool allowed both clusters: %v", err)
+	}
+	if n := acked(other); n != 1 {
+		t.Errorf("acked %d, want 1", n)
+	}
+}
+
+// TestAckPoolReleasePerHolder (#12): a holder's second Release is a no-op;
+// another holder's pool keeps working.
+func TestAckPoolReleasePerHolder(t *testing.T) {
+	s := fakeNormal(t)
+	h := received(t, s, client.Credentials{}, 1)[0]
+	cfg := AckPoolConfig{Connection: Connection{Endpoints: s.Addr()}}
+	a, err := AcquireAckPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := AcquireAckPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release(context.Background())
+	a.Release(context.Background())
+	a.Release(context.Background())
+	if err := b.Ack(rmqtest.Context(t, 10*time.Second), h); err != nil {
+		t.Errorf("ack through the other holder: %v", err)
+	}
+}
+
+// TestDuplicateAckInOneBatch (#22): two acks of one handle in one batch both
+// get the broker's answer.
+func TestDuplicateAckInOneBatch(t *testing.T) {
+	s := fakeNormal(t)
+	h := received(t, s, client.Credentials{}, 1)[0]
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr()}, Linger: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	ctx := rmqtest.Context(t, 10*time.Second)
+	f1, f2 := pool.AckAsync(ctx, h), pool.AckAsync(ctx, h)
+	<-f1.Done()
+	<-f2.Done()
+	if f1.Err() != nil || f2.Err() != nil {
+		t.Errorf("acks: %v, %v; want nil, nil", f1.Err(), f2.Err())
+	}
+	if n := acked(s); n != 1 {
+		t.Errorf("acked %d, want 1", n)
+	}
+}
+
+// stallAcks makes s hold every AckMessage for d.
+func stallAcks(s *rmqfake.Server, d time.Duration) {
+	s.Intercept("AckMessage", func(rmqfake.Call) rmqfake.Verdict { return rmqfake.Verdict{Delay: d} })
+}
+
+// TestAckHonoursContext (#7): with acks stalled on the broker, Ack with a
+// 200 ms context returns by its deadline, even when the batcher is full.
+func TestAckHonoursContext(t *testing.T) {
+	s := fakeNormal(t)
+	hs := received(t, s, client.Credentials{}, 8)
+	stallAcks(s, time.Minute)
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 5 * time.Second}, MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		pool.Release(ctx)
+	}()
+	bg := rmqtest.Context(t, 30*time.Second)
+	for _, h := range hs[:6] { // one on the wire, the rest fill the batcher's queue
+		pool.AckAsync(bg, h)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err = pool.Ack(ctx, hs[7])
+	if el := time.Since(t0); el > 600*time.Millisecond {
+		t.Errorf("Ack with a 200 ms context returned after %v", el)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrAckNotSent) {
+		t.Errorf("Ack queued behind a full batcher: %v, want ErrAckNotSent and context.DeadlineExceeded", err)
+	}
+}
+
+// TestAckOutcomeUnknown (#7): an ack on the wire when its ctx ends says its
+// outcome is unknown; one whose ctx ended before it was sent says it was not
+// sent, and nothing goes out.
+func TestAckOutcomeUnknown(t *testing.T) {
+	s := fakeNormal(t)
+	hs := received(t, s, client.Credentials{}, 2)
+	var onWire = make(chan struct{}, 10)
+	s.Intercept("AckMessage", func(rmqfake.Call) rmqfake.Verdict {
+		onWire <- struct{}{}
+		return rmqfake.Verdict{Delay: time.Minute}
+	})
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		pool.Release(ctx)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err = pool.Ack(ctx, hs[0])
+	if el := time.Since(t0); el > 600*time.Millisecond {
+		t.Errorf("Ack with a 200 ms context returned after %v", el)
+	}
+	if !errors.Is(err, ErrAckOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("stalled ack: %v, want ErrAckOutcomeUnknown and context.DeadlineExceeded", err)
+	}
+	if len(onWire) != 1 {
+		t.Errorf("%d AckMessage calls, want 1", len(onWire))
+	}
+	done, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := pool.Ack(done, hs[1]); !errors.Is(err, ErrAckNotSent) || !errors.Is(err, context.Canceled) {
+		t.Errorf("ack with an ended context: %v, want ErrAckNotSent and context.Canceled", err)
+	}
+	f := pool.AckAsync(done, hs[1])
+	<-f.Done()
+	if !errors.Is(f.Err(), ErrAckNotSent) {
+		t.Errorf("AckAsync with an ended context: %v, want ErrAckNotSent", f.Err())
+	}
+	if len(onWire) != 1 {
+		t.Errorf("%d AckMessage calls, want still 1", len(onWire))
+	}
+}
+
+// TestReleaseHonoursContext (#7): Release with a 200 ms context returns by
+// its deadline while an ack is stalled on the broker.
+func TestReleaseHonoursContext(t *testing.T) {
+	s := fakeNormal(t)
+	h := received(t, s, client.Credentials{}, 1)[0]
+	stallAcks(s, time.Minute)
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := pool.AckAsync(rmqtest.Context(t, 30*time.Second), h)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	err = pool.Release(ctx)
+	if el := time.Since(t0); el > 600*time.Millisecond {
+		t.Errorf("Release with a 200 ms context returned after %v", el)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Release cut short: %v, want context.DeadlineExceeded", err)
+	}
+	select {
+	case <-f.Done():
+	case <-time.After(time.Second):
+		t.Fatal("the stalled ack's future was not completed by Release")
+	}
+	if !errors.Is(f.Err(), ErrAckOutcomeUnknown) {
+		t.Errorf("a stalled ack cut short by Release: %v, want ErrAckOutcomeUnknown", f.Err())
+	}
+}
