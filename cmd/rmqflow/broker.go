@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
@@ -123,6 +124,14 @@ func (f *brokerFlags) resources() ([]rmqfake.Fixture, error) {
 	var out []rmqfake.Fixture
 	parse := func(kind, spec string) error {
 		name, rest, _ := strings.Cut(spec, ":")
+		// The spec becomes a fixtures line: a blank NAME or a space would
+		// shift its words (":lite" would create a topic named "lite").
+		if name == "" {
+			return fmt.Errorf("-%s %q: the NAME is empty", kind, spec)
+		}
+		if strings.IndexFunc(spec, unicode.IsSpace) >= 0 {
+			return fmt.Errorf("-%s %q: a SPEC has no spaces", kind, spec)
+		}
 		fx, err := rmqfake.ParseFixture(kind + " " + name + " " + strings.ReplaceAll(rest, ":", " "))
 		if err != nil {
 			return fmt.Errorf("-%s %s: %w", kind, spec, err)
