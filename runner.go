@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,8 +22,10 @@ const (
 	// attempt (ErrorBackoff × 2^(attempt-1), at most ErrorBackoffMax). The
 	// default.
 	ErrorDefer ErrorPolicy = iota
-	// ErrorLeave does nothing: the message comes back when its invisibility
-	// ends.
+	// ErrorLeave does nothing on the broker: the message comes back when
+	// its invisibility ends. Leaving counts toward RunnerConfig.ErrorValves
+	// like a deferral, so a message that keeps failing is dead-lettered in
+	// the end.
 	ErrorLeave
 )
 
@@ -140,6 +143,7 @@ type Runner[T any] struct {
 	deadLetter DeadLetterFunc[T]
 	valves     *valves
 	now        func() time.Time
+	held       atomic.Int64 // messages taken from the source and not yet settled
 }
 
 // SetThrottle makes the runner admit every message through t before its
@@ -299,6 +303,7 @@ func (d *dispatcher[T]) key(m *AckableMessage[T]) string {
 
 func (d *dispatcher[T]) enqueue(m *AckableMessage[T]) {
 	k := d.key(m)
+	d.r.held.Add(1)
 	d.mu.Lock()
 	d.sweepLocked()
 	st := d.keys[k]
@@ -365,6 +370,7 @@ func (d *dispatcher[T]) work(ctx context.Context) {
 				st.block = &keyBlock{head: m.Meta.MessageID, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
 				d.mu.Unlock()
 			}
+			d.r.held.Add(-1)
 			<-d.buffered
 		}
 	}
@@ -417,8 +423,7 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (unti
 	}
 	if err != nil {
 		if r.cfg.OnError == ErrorLeave {
-			d.leave(m)
-			return r.now().Add(r.src.cfg.InvisibleDuration), true
+			return d.leaveOrDeadLetter(actx, ctx, m, err)
 		}
 		return d.deferOrDeadLetter(actx, ctx, m, Defer(r.cfg.ErrorBackoffFor(d.attempts(m)), "handler-error"), err)
 	}
@@ -426,8 +431,7 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (unti
 	case DecisionSettled:
 		return time.Time{}, false
 	case DecisionLeave:
-		d.leave(m)
-		return r.now().Add(r.src.cfg.InvisibleDuration), true
+		return d.leaveOrDeadLetter(actx, ctx, m, nil)
 	case DecisionDefer, DecisionRelease:
 		return d.deferOrDeadLetter(actx, ctx, m, dec, nil)
 	}
@@ -484,6 +488,23 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 	}
 	r.src.metrics.deferred(actx, reason)
 	return r.now().Add(delay), true
+}
+
+// leaveOrDeadLetter leaves m (it comes back when its invisibility ends)
+// unless a safety valve fires, in which case m is dead-lettered. Leaving
+// counts as a deferral for the valves: a message left over and over would
+// otherwise loop for ever.
+func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], cause error) (time.Time, bool) {
+	r := d.r
+	if valve := r.valves.fired(&m.Meta, m.Meta.MessageID); valve != "" {
+		if cause == nil {
+			cause = fmt.Errorf("rmqflow: left too often (%s)", valve)
+		}
+		return d.deadLetterMsg(actx, hctx, m, cause, valve)
+	}
+	d.leave(m)
+	r.valves.count(m.Meta.MessageID)
+	return r.now().Add(r.src.cfg.InvisibleDuration), true
 }
 
 // deadLetterMsg hands m to the dead-letter function (or the default: log,
@@ -546,6 +567,7 @@ func (d *dispatcher[T]) releaseBuffered(ctx context.Context) error {
 		if _, err := d.acker.ChangeInvisibleDuration(ctx, m.Handle, d.r.src.cfg.ReleaseInvisibleDuration); err != nil {
 			errs = append(errs, fmt.Errorf("release %s: %w", m.Handle.MessageID, err))
 		}
+		d.r.held.Add(-1)
 		<-d.buffered
 	}
 	return errors.Join(errs...)
