@@ -1,5 +1,5 @@
 # rmqflow: `make test` is the one command that runs all tests.
-.PHONY: test unit bench rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
+.PHONY: test unit fuzz bench rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
 
 # Every test, against a real RocketMQ that this starts (and stops) itself.
 test:
@@ -8,6 +8,20 @@ test:
 # Only the tests that need no broker (real-broker tests are skipped, loudly).
 unit:
 	RMQFLOW_SKIP_REAL_BROKER=1 go test -count=1 ./...
+
+# Every fuzz target for FUZZTIME each (default 60s); their seeds (f.Add and
+# testdata/fuzz) already run as ordinary tests in `make test` / `make unit`.
+# FUZZFLAGS passes more flags, e.g. FUZZFLAGS=-parallel=1 on a shared machine.
+FUZZTIME ?= 60s
+FUZZFLAGS ?=
+FUZZ_TARGETS = .:FuzzReceiptHandleUnmarshal .:FuzzReceiptHandleBinaryCrossForm .:FuzzReceiptHandleJSON \
+	./client:FuzzParseEndpoints ./client:FuzzReceivedMessageFromProto \
+	./rmqfake:FuzzParseFixtures ./rmqfake:FuzzParseFixture ./cmd/rmqflow:FuzzBrokerSpecs
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $${t%%:*}; \
+	done
 
 # The benchmark harness on a real broker it starts: rmqflow against the raw
 # ceiling, the official Go client and the official Java client, ratios
