@@ -49,10 +49,18 @@ func (c *connFlags) register(fs *flag.FlagSet, endpointHelp string) {
 	fs.StringVar(&c.endpoint, "endpoint", os.Getenv("RMQFLOW_ENDPOINT"), endpointHelp)
 	fs.StringVar(&c.namespace, "namespace", os.Getenv("RMQFLOW_NAMESPACE"), "resource `namespace`")
 	fs.StringVar(&c.accessKey, "access-key", os.Getenv("RMQFLOW_ACCESS_KEY"), "access `key` to sign requests with")
-	fs.StringVar(&c.secretKey, "secret-key", os.Getenv("RMQFLOW_SECRET_KEY"), "`secret` of -access-key (never printed)")
+	c.secretKey = os.Getenv("RMQFLOW_SECRET_KEY")
+	fs.Var(secretFlag{&c.secretKey}, "secret-key", "`secret` of -access-key (never printed; default $RMQFLOW_SECRET_KEY)")
 	fs.BoolVar(&c.tls, "tls", false, "connect with TLS")
 	fs.DurationVar(&c.timeout, "timeout", client.DefaultRequestTimeout, "deadline of each RPC")
 }
+
+// secretFlag is a flag whose value is never printed: its String is empty,
+// so help shows no default even when $RMQFLOW_SECRET_KEY set one.
+type secretFlag struct{ p *string }
+
+func (f secretFlag) String() string     { return "" }
+func (f secretFlag) Set(v string) error { *f.p = v; return nil }
 
 func (c *connFlags) connection() rmqflow.Connection {
 	conn := rmqflow.Connection{Endpoints: c.endpoint, Namespace: c.namespace, RequestTimeout: c.timeout,
