@@ -84,23 +84,23 @@ func TestThrottleValves(t *testing.T) {
 	m.Meta.BornTime = clk.Now()
 	m.Handle.MessageID = "id-1"
 	m.Meta.DeliveryAttempt = 1
-	if v := th.fired(&m.Meta, m.Handle.MessageID); v != "" {
+	if v := th.fired(&m.Meta, m.Handle); v != "" {
 		t.Fatalf("fresh message: valve %q fired", v)
 	}
 	m.Meta.DeliveryAttempt = DefaultMaxDeliveryAttempt
-	if v := th.fired(&m.Meta, m.Handle.MessageID); v != "max-delivery-attempt" {
+	if v := th.fired(&m.Meta, m.Handle); v != "max-delivery-attempt" {
 		t.Fatalf("attempt 16: valve %q", v)
 	}
 	m.Meta.DeliveryAttempt = 1 // the broker's count reset (scenario e)
 	for i := 0; i < DefaultMaxDefers; i++ {
 		th.count("id-1")
 	}
-	if v := th.fired(&m.Meta, m.Handle.MessageID); v != "max-defers" {
+	if v := th.fired(&m.Meta, m.Handle); v != "max-defers" {
 		t.Fatalf("after %d defers: valve %q", DefaultMaxDefers, v)
 	}
 	th.forget("id-1")
 	clk.Advance(DefaultMaxDeferredAge)
-	if v := th.fired(&m.Meta, m.Handle.MessageID); v != "max-deferred-age" {
+	if v := th.fired(&m.Meta, m.Handle); v != "max-deferred-age" {
 		t.Fatalf("a day old: valve %q", v)
 	}
 }

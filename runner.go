@@ -150,7 +150,16 @@ type Runner[T any] struct {
 // handler (Throttle.Admit): a message the policy defers is deferred and never
 // reaches the handler, so a hot lite topic cannot take the workers from the
 // others. Call it before Run.
-func (r *Runner[T]) SetThrottle(t *Throttle[T]) { r.throttle = t }
+//
+// The throttle's MaxDeliveryAttempt valve is then lowered to the group's own
+// limit (from the broker's settings) when that is smaller, as the runner's
+// own is, so that a valve acks before the broker dead-letters.
+func (r *Runner[T]) SetThrottle(t *Throttle[T]) {
+	if t != nil && t.valves.groupMax == nil {
+		t.valves.groupMax = r.src.groupMaxAttempts
+	}
+	r.throttle = t
+}
 
 // SetDeadLetter sets what happens to a message the runner gives up on (see
 // RunnerConfig.ErrorValves). Without it, such a message is logged at ERROR
@@ -171,7 +180,9 @@ func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T
 	}
 	cfg = cfg.withDefaults()
 	cfg.ErrorValves = cfg.ErrorValves.withDefaults()
-	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: newValves(cfg.ErrorValves, time.Now), now: time.Now}, nil
+	v := newValves(cfg.ErrorValves, time.Now)
+	v.groupMax = src.groupMaxAttempts
+	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, now: time.Now}, nil
 }
 
 // ErrorBackoffFor is the deferral ErrorDefer applies at a delivery attempt.
@@ -468,7 +479,7 @@ func (d *dispatcher[T]) call(ctx context.Context, m *AckableMessage[T]) (dec Dec
 // any.
 func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], dec Decision, cause error) (time.Time, bool) {
 	r := d.r
-	if valve := r.valves.fired(&m.Meta, m.Meta.MessageID); valve != "" {
+	if valve := r.valves.fired(&m.Meta, m.Handle); valve != "" {
 		if cause == nil {
 			cause = fmt.Errorf("rmqflow: deferred too often (%s)", valve)
 		}
@@ -496,7 +507,7 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 // otherwise loop for ever.
 func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], cause error) (time.Time, bool) {
 	r := d.r
-	if valve := r.valves.fired(&m.Meta, m.Meta.MessageID); valve != "" {
+	if valve := r.valves.fired(&m.Meta, m.Handle); valve != "" {
 		if cause == nil {
 			cause = fmt.Errorf("rmqflow: left too often (%s)", valve)
 		}

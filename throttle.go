@@ -324,7 +324,7 @@ func (t *Throttle[T]) apply(ctx context.Context, m *AckableMessage[T]) (throttle
 	default:
 		return actFailed, 0, fmt.Errorf("%w: the throttle policy returned %v", ErrNoDecision, d.kind)
 	}
-	if valve := t.valves.fired(&m.Meta, m.Handle.MessageID); valve != "" {
+	if valve := t.valves.fired(&m.Meta, m.Handle); valve != "" {
 		t.valves.forget(m.Handle.MessageID)
 		t.metrics.deferred(ctx, "valve:"+valve)
 		return actValve, 0, nil
@@ -347,16 +347,34 @@ type valves struct {
 	cfg    ThrottleConfig
 	defers *deferTracker
 	now    func() time.Time
+	// groupMax, when set, is the group's own delivery limit (see
+	// Source.groupMaxAttempts): MaxDeliveryAttempt is lowered to it, so that
+	// the valve fires before the broker dead-letters the message.
+	groupMax func(group string) int32
 }
 
 func newValves(cfg ThrottleConfig, now func() time.Time) *valves {
 	return &valves{cfg: cfg, defers: newDeferTracker(cfg.DeferTrackerCapacity), now: now}
 }
 
-// fired names the safety valve that forbids deferring the message, or "".
-func (v *valves) fired(meta *Metadata, id string) string {
+// maxAttempt is the delivery attempt at which the max-delivery-attempt valve
+// fires for group.
+func (v *valves) maxAttempt(group string) int32 {
+	limit := v.cfg.MaxDeliveryAttempt
+	if v.groupMax != nil {
+		if g := v.groupMax(group); g > 0 && g < limit {
+			limit = g
+		}
+	}
+	return limit
+}
+
+// fired names the safety valve that forbids deferring the message h names,
+// or "".
+func (v *valves) fired(meta *Metadata, h ReceiptHandle) string {
+	id := h.MessageID
 	switch {
-	case meta.DeliveryAttempt >= v.cfg.MaxDeliveryAttempt:
+	case meta.DeliveryAttempt >= v.maxAttempt(h.Group):
 		return "max-delivery-attempt"
 	case v.defers.count(id) >= v.cfg.MaxDefers:
 		return "max-defers"

@@ -173,3 +173,65 @@ func TestRunnerCountsHandlerErrors(t *testing.T) {
 		t.Errorf("%s{valve=max-defers} = %d, want 1", rmqflow.MetricDeadLettered, n)
 	}
 }
+
+// TestRunnerValveRespectsTheGroupRetryLimit: with a group that the broker
+// dead-letters after 2 deliveries (retry max 1), the runner's
+// max-delivery-attempt valve fires at attempt 2 even though its own
+// MaxDeliveryAttempt is the default 16, so the message reaches the
+// dead-letter function instead of the broker's DLQ.
+func TestRunnerValveRespectsTheGroupRetryLimit(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	fake := rmqfake.NewForTest(t)
+	if err := fake.CreateTopic("n", rmqfake.TopicNormal); err != nil {
+		t.Fatal(err)
+	}
+	if err := fake.CreateGroup("ng", rmqfake.RetryMax(1)); err != nil {
+		t.Fatal(err)
+	}
+	conn := rmqflow.Connection{Endpoints: fake.Addr()}
+	ctx := rmqtest.Context(t, 40*time.Second)
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Mode: rmqflow.ModeSimple, Topic: "n", Group: "ng",
+		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := make(chan int32, 8)
+	dead := make(chan int32, 1)
+	r, err := rmqflow.NewRunner(src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		attempts <- m.Meta.DeliveryAttempt
+		return rmqflow.Decision{}, errors.New("always fails")
+	}, rmqflow.RunnerConfig{ErrorBackoff: 100 * time.Millisecond, ErrorValves: rmqflow.ThrottleConfig{MaxDefers: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[string], cause error) error {
+		dead <- m.Meta.DeliveryAttempt
+		return nil
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+	if _, err := sink.Write(ctx, rmqflow.Record{Body: []byte("m")}).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-dead:
+		if a != 2 {
+			t.Errorf("dead-lettered at attempt %d, want 2 (the group's last delivery)", a)
+		}
+	case <-ctx.Done():
+		t.Fatal("not dead-lettered by the runner: the broker's DLQ took it")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := fake.Stats().Groups["ng"]; st.DeadLettered != 0 || st.Acked != 1 {
+		t.Errorf("group counts %+v: want the message acked by the runner, nothing in the broker's DLQ", st.Counts)
+	}
+}
