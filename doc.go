@@ -37,9 +37,12 @@
 // # Running
 //
 // A [Runner] is the loop of a plain Go service: bounded concurrency, one
-// message of a lite topic at a time, ack/defer/error per handler result, and a
-// graceful shutdown that releases or finishes what was fetched. A [Sink]
-// produces.
+// message of a lite topic at a time and in order even across deferrals (a
+// lite topic's later messages wait behind one that was deferred or failed),
+// a [Decision] per handler result (only [Ack] acks; [Defer] with a duration
+// of zero or less releases), errors and panics deferred with backoff until a
+// safety valve hands the message to a [DeadLetterFunc], and a graceful
+// shutdown that releases or finishes what was fetched. A [Sink] produces.
 //
 // What the broker really does, and therefore why these pieces behave as they
 // do, is in docs/broker-semantics.md; the design is in docs/grpc-connector.md.
