@@ -543,11 +543,27 @@ func TestNoSecretsAnywhere(t *testing.T) {
 	garbage.Handle = "garbage-handle"
 	scan.err("garbage handle ack", pool.Ack(ctx, garbage))
 	scan.err("malformed handle ack", pool.Ack(ctx, rmqflow.ReceiptHandle{}))
+	// A handle naming another endpoint: the pool must not send it there, so
+	// that endpoint never sees a request signed with the canary secret.
+	var foreignCalls sync.Map
+	stopCount := other.Intercept("", func(c rmqfake.Call) rmqfake.Verdict {
+		foreignCalls.Store(c.Method, true)
+		return rmqfake.Verdict{}
+	})
 	foreign := got[0].Handle
 	foreign.Endpoints = other.Addr()
-	scan.err("foreign endpoint ack", pool.Ack(ctx, foreign))
+	err = pool.Ack(ctx, foreign)
+	scan.err("foreign endpoint ack", err)
+	if err == nil {
+		t.Error("an ack of a handle naming an endpoint the pool is not configured for succeeded")
+	}
 	_, err = pool.ChangeInvisibleDuration(ctx, foreign, time.Minute)
 	scan.err("foreign endpoint change", err)
+	stopCount()
+	foreignCalls.Range(func(k, _ any) bool {
+		t.Errorf("the pool for %s sent %v, signed with its secret, to %s named by a handle", ok.Addr(), k, other.Addr())
+		return true
+	})
 	nogroup := got[0].Handle
 	nogroup.Group = "no-such-group"
 	scan.err("unknown group ack", pool.Ack(ctx, nogroup))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,8 +133,7 @@ func TestNoSecretsInCLIOutput(t *testing.T) {
 		{"produce bad endpoint", env("not an endpoint"), []string{"produce", "-topic", "chat", "-message", "x"}, "", exitUsage},
 		{"consume bad flag", env(ok.Addr()), []string{"consume", "-topic", "chat", "-group", "chat-g", "-ack", "sometimes"}, "", exitUsage},
 	}
-	type output struct{ name, stdout, stderr string }
-	var outs []output
+	var outs []cliOutput
 	for _, r := range runs {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		cmd := exec.CommandContext(ctx, bin, r.args...)
@@ -152,8 +153,9 @@ func TestNoSecretsInCLIOutput(t *testing.T) {
 		if r.code == nonZero && code == exitOK {
 			t.Errorf("%s: exit 0 on a dead endpoint; stderr %q", r.name, stderr.String())
 		}
-		outs = append(outs, output{r.name, stdout.String(), stderr.String()})
+		outs = append(outs, cliOutput{r.name, stdout.String(), stderr.String()})
 	}
+	outs = append(outs, brokerOutput(t, bin))
 	if !strings.Contains(outs[7].stdout, `"handle"`) {
 		t.Errorf("consume -json printed no handle, so handles were not checked: %q", outs[7].stdout)
 	}
@@ -168,4 +170,89 @@ func TestNoSecretsInCLIOutput(t *testing.T) {
 			}
 		}
 	}
+}
+
+type cliOutput struct{ name, stdout, stderr string }
+
+// brokerOutput runs `rmqflow broker -v` requiring the canary secret, sends it
+// requests signed with the wrong secret and with the right one (through
+// produce), stops it, and returns what it printed.
+func brokerOutput(t *testing.T, bin string) cliOutput {
+	t.Helper()
+	cmd := exec.Command(bin, "broker", "-listen", "127.0.0.1:0", "-v", "-access-key", cliLeakAK, "-secret-key", cliLeakSecret,
+		"-topic", "chat:lite", "-group", "chat-g:bind=chat:wildcard")
+	cmd.Env = os.Environ()
+	var stdout, stderr lockedBuffer
+	cmd.Stderr = &stderr
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	first := make(chan string, 1)
+	copied := make(chan struct{})
+	go func() { // every line into stdout; the first one also to first
+		defer close(copied)
+		sc := bufio.NewScanner(pipe)
+		for n := 0; sc.Scan(); n++ {
+			stdout.Write(append(sc.Bytes(), '\n'))
+			if n == 0 {
+				first <- sc.Text()
+			}
+		}
+		close(first)
+	}()
+	var addr string
+	select {
+	case line := <-first:
+		if f := strings.Fields(strings.TrimPrefix(line, "rmqfake listening on ")); len(f) > 0 {
+			addr = f[0]
+		}
+	case <-time.After(20 * time.Second):
+	}
+	if addr == "" {
+		t.Fatalf("broker printed no address: %q %q", stdout.String(), stderr.String())
+	}
+	for _, secret := range []string{"wrong-secret", cliLeakSecret} {
+		c := exec.Command(bin, "produce", "-endpoint", addr, "-access-key", cliLeakAK, "-secret-key", secret, "-timeout", "2s",
+			"-topic", "chat", "-lite", "a", "-message", "x")
+		out, _ := c.CombinedOutput()
+		if secret == cliLeakSecret && c.ProcessState.ExitCode() != exitOK {
+			t.Errorf("produce to the broker binary with its secret: exit %d: %s", c.ProcessState.ExitCode(), out)
+		}
+		if secret != cliLeakSecret && c.ProcessState.ExitCode() != exitAuth {
+			t.Errorf("produce to the broker binary with a wrong secret: exit %d, want %d: %s", c.ProcessState.ExitCode(), exitAuth, out)
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	<-copied
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("broker: %v (stderr %q)", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "rmqfake stopped") {
+		t.Errorf("broker output %q: want its stop line", stdout.String())
+	}
+	return cliOutput{"broker -v", stdout.String(), stderr.String()}
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
