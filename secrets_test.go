@@ -753,3 +753,97 @@ func TestNoSecretsInPrintedConfig(t *testing.T) {
 	}
 	scan.check(t, 10)
 }
+
+// TestNoSecretsRealBroker runs the paths the real broker can take with the
+// canary credentials (it does not check signatures, so they are accepted):
+// send, receive, every handle encoding, acks, an expired handle, a garbage
+// handle, an unknown group (source and ack) and an unknown topic (sink), and
+// scans logs, errors, handles, messages and metrics as TestNoSecretsAnywhere
+// does: the proxy's error messages must not echo the signature either.
+func TestNoSecretsRealBroker(t *testing.T) {
+	ep := rmqtest.Endpoint(t)
+	const topic, group = "rmqflow-lite-secrets", "rmqflow-lite-secrets-g"
+	scan := newLeakScan()
+	logger, logs := newLeakLogger()
+	meter := &leakMeter{}
+	ctx := rmqtest.Context(t, 2*time.Minute)
+	conn := rmqflow.Connection{Endpoints: ep, Credentials: leakCreds, Logger: logger, Meter: meter}
+
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: topic, Group: group}},
+		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.JSONDecoder[string]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { scan.err("source close", src.Close(context.Background())) }()
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := rmqtest.Unique("secrets")
+	for i, body := range []string{`"ok"`, "not json"} {
+		if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: fmt.Sprintf("%s-%d", run, i), Body: []byte(body)}).Wait(ctx); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	pool, err := rmqflow.AcquireAckPool(rmqflow.AckPoolConfig{Connection: conn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	var mine []*rmqflow.AckableMessage[string]
+	for len(mine) < 2 {
+		m, err := src.Next(ctx)
+		if err != nil {
+			t.Fatalf("next: %v", err)
+		}
+		if !strings.HasPrefix(m.Meta.LiteTopic, run) {
+			_ = pool.Ack(ctx, m.Handle) // left over by an earlier run
+			continue
+		}
+		mine = append(mine, m)
+		scan.value("message", m)
+		scan.handle("handle", m.Handle)
+		scan.err("decode error", m.Err)
+	}
+	garbage := mine[0].Handle
+	garbage.Handle = "garbage-handle"
+	scan.err("garbage handle ack", pool.Ack(ctx, garbage))
+	nogroup := mine[0].Handle
+	nogroup.Group = "rmqflow-no-such-group"
+	scan.err("unknown group ack", pool.Ack(ctx, nogroup))
+	scan.err("ack", pool.Ack(ctx, mine[0].Handle))
+	// The broker's clock: mine[1]'s invisibility (10 s from its receipt) ends.
+	time.Sleep(11 * time.Second)
+	err = pool.Ack(ctx, mine[1].Handle)
+	scan.err("expired handle ack", err)
+	if !errors.Is(err, client.ErrInvalidReceiptHandle) {
+		t.Errorf("ack of an expired handle: %v, want INVALID_RECEIPT_HANDLE", err)
+	}
+	_, err = pool.ChangeInvisibleDuration(ctx, mine[1].Handle, time.Minute)
+	scan.err("expired handle change", err)
+
+	err = sourceErr(t, ctx, rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: topic, Group: "rmqflow-no-such-group"}}, AwaitDuration: 5 * time.Second})
+	scan.err("unknown group source", err)
+	usink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "rmqflow-no-such-topic", MaxAttempts: 1})
+	scan.err("unknown topic sink start", err)
+	if err == nil {
+		_, err = usink.Write(ctx, rmqflow.Record{Body: []byte("x")}).Wait(ctx)
+		scan.err("unknown topic sink write", err)
+		if err == nil {
+			t.Error("a send to an unknown topic succeeded")
+		}
+		scan.err("unknown topic sink close", usink.Close(ctx))
+	}
+	scan.err("sink close", sink.Close(ctx))
+
+	if n := meter.scan(scan); n == 0 {
+		t.Error("the meter recorded no measurement")
+	}
+	text, n := logs()
+	scan.add("library logs", text)
+	t.Logf("%d log records", n)
+	scan.check(t, 30)
+}
