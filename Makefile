@@ -1,5 +1,5 @@
 # rmqflow: `make test` is the one command that runs all tests.
-.PHONY: test unit fuzz bench rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
+.PHONY: test unit fuzz crash bench rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
 
 # Every test, against a real RocketMQ that this starts (and stops) itself.
 test:
@@ -8,6 +8,18 @@ test:
 # Only the tests that need no broker (real-broker tests are skipped, loudly).
 unit:
 	RMQFLOW_SKIP_REAL_BROKER=1 go test -count=1 ./...
+
+# The proof suites (proof/, build tag proof) bigger than `make test` runs them:
+# the crash suite through the emulator (CRASH_MESSAGES) and on the real broker
+# with a proxy restart (CRASH_REAL_MESSAGES), and the four-process group
+# (GROUP_MESSAGES), on a real broker this starts when none runs.
+CRASH_MESSAGES ?= 1000000
+CRASH_REAL_MESSAGES ?= 20000
+GROUP_MESSAGES ?= 20000
+crash:
+	RMQFLOW_CRASH_MESSAGES=$(CRASH_MESSAGES) RMQFLOW_CRASH_REAL_MESSAGES=$(CRASH_REAL_MESSAGES) \
+	RMQFLOW_GROUP_MESSAGES=$(GROUP_MESSAGES) scripts/with-broker.sh \
+	go test -race -count=1 -tags proof -timeout 60m -v ./proof/
 
 # Every fuzz target for FUZZTIME each (default 60s); their seeds (f.Add and
 # testdata/fuzz) already run as ordinary tests in `make test` / `make unit`.

@@ -5,7 +5,10 @@ package proof
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,7 +78,9 @@ func TestProxyRestartResubscribes(t *testing.T) {
 
 	// The bare session consumer.
 	bare := newArrivals()
-	cc, err := client.New(client.Config{Endpoints: ep, LiteSyncInterval: time.Hour})
+	// The clients' WARN lines while the proxy is down go to the test log.
+	logger := slog.New(slog.NewTextHandler(newTWriter(t), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cc, err := client.New(client.Config{Endpoints: ep, LiteSyncInterval: time.Hour, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +123,7 @@ func TestProxyRestartResubscribes(t *testing.T) {
 	// The Source consumer.
 	srcArr := newArrivals()
 	src, err := rmqflow.NewSource(rmqflow.SourceConfig{
-		Connection:        rmqflow.Connection{Endpoints: ep},
+		Connection:        rmqflow.Connection{Endpoints: ep, Logger: logger},
 		Lite:              []rmqflow.LiteBinding{{Topic: srcTopic, Group: srcGroup}},
 		InvisibleDuration: 10 * time.Second, AwaitDuration: 5 * time.Second,
 	}, rmqflow.BytesDecoder())
@@ -238,4 +243,24 @@ func TestProxyRestartResubscribes(t *testing.T) {
 	report("bare session (LiteSyncInterval 1h)", atC)
 	report("Source (defaults)", atS)
 	t.Logf("sends after the restart: %d to the session's topic, %d to the source's, %d failed", len(postC), len(postS), sendErrs)
+}
+
+// tWriter sends log lines to the test log (shown with -v or on failure) until
+// the test's cleanup, then drops them.
+type tWriter struct {
+	t    *testing.T
+	done *atomic.Bool
+}
+
+func newTWriter(t *testing.T) tWriter {
+	w := tWriter{t: t, done: new(atomic.Bool)}
+	t.Cleanup(func() { w.done.Store(true) })
+	return w
+}
+
+func (w tWriter) Write(b []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimRight(string(b), "\n"))
+	}
+	return len(b), nil
 }

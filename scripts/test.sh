@@ -15,6 +15,14 @@ for mod in . bench rmqfake/officialclient_test; do
 done
 echo "== go test (real broker at $RMQFLOW_ENDPOINT)"
 go test -race -count=1 -timeout 25m ./... "$@"
+# The proof suites (proof/, build tag proof): the crash suite (emulator and
+# real broker), the four-process group and the proxy restart. They run after
+# the main suite, alone, because they restart the real broker's proxy, which
+# would cut the tests running beside them. -v prints their figures; the
+# children's own logs are in files (kept and named when a test fails).
+echo "== go test -tags proof ./proof (crash suite, multi-process group, proxy restart)"
+go vet -tags proof ./proof/...
+go test -race -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 # The official RocketMQ Go client against rmqfake: a module of its own, so that
 # the official client's dependencies stay out of rmqflow's go.mod.
 echo "== go test (rmqfake/officialclient_test)"
