@@ -278,7 +278,7 @@ func TestAckHonoursContext(t *testing.T) {
 		pool.Release(ctx)
 	}()
 	bg := rmqtest.Context(t, 30*time.Second)
-	for _, h := range hs[:6] { // one on the wire, the rest fill the batcher's queue
+	for _, h := range hs[:5] { // one on the wire, four fill the batcher's queue (MaxBatch × 4)
 		pool.AckAsync(bg, h)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

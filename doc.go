@@ -15,11 +15,16 @@
 //
 // # Acking
 //
-// An [AckPool] is process-wide and reference-counted; it routes each handle to
-// an ack client by its endpoints and namespace and coalesces acks into
-// multi-entry AckMessage RPCs, giving each caller its own entry's result. An
+// An [AckPool] is process-wide and reference-counted (each [AcquireAckPool]
+// call is a holder with its own Release); it routes each handle to an ack
+// client by its endpoints and namespace, only to the endpoints it was
+// configured for ([ErrEndpointNotAllowed]), and coalesces acks into
+// multi-entry AckMessage RPCs, giving each caller its own entry's result.
+// Every call returns by its context's deadline: [ErrAckNotSent] when nothing
+// went out, [ErrAckOutcomeUnknown] when the answer did not come in time. An
 // expired handle (client.ErrInvalidReceiptHandle) means the message will be
-// delivered again: count it, do not stop.
+// delivered again: count it, do not stop. To stop without losing acks, let
+// the work in flight ack, then Close the source (see README.md).
 //
 // # Throttling
 //
@@ -30,9 +35,10 @@
 //
 // # Leases
 //
-// With [LeaseConfig] enabled, emitted messages keep being renewed until they
-// are acked through the source's Acker (like the Pub/Sub client's lease
-// extension), and the Acker acks with the newest receipt handle.
+// With [LeaseConfig] enabled, emitted messages keep being renewed (like the
+// Pub/Sub client's lease extension) until they are acked, changed, released
+// or left through any [Acker] or method of the source's pool, or handed off by
+// encoding their handle; acks use the newest receipt handle.
 //
 // # Running
 //
