@@ -54,8 +54,9 @@
 //
 // [Server.Stats] reports backlog, in-flight, acked and dead-lettered counts
 // per topic, lite topic and group. [Server.Intercept] observes, fails, delays,
-// answers or loses the response of (handles, then fails) any call, [Server.SetFault] adds latency and random errors per
-// method, [Server.BreakReceiveStreams] cuts receive streams half-way, and
+// answers or loses the response of (handles, then fails) any call,
+// [Server.SetFault] adds latency and random errors per method,
+// [Server.BreakReceiveStreams] cuts receive streams half-way, and
 // [Server.Restart] emulates a broker restart that keeps stored messages.
 //
 // The command "rmqflow broker" serves the emulator standalone.
