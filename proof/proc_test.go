@@ -94,6 +94,7 @@ func start(t *testing.T, dir, name, bin string, args ...string) *proc {
 	}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stderr = errf
+	dieWithParent(p.cmd)
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
