@@ -1,6 +1,8 @@
 package rmqflow
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,8 +25,10 @@ type AckableMessage[T any] struct {
 	Meta Metadata
 }
 
-// Metadata describes a delivered message. It is a copy: changing it affects
-// nothing else.
+// Metadata describes a delivered message. Keys and Properties are the
+// message's own copies. Body is not copied: it is the received body itself,
+// which a Decoder's value may share (BytesDecoder returns it as is), so treat
+// it as read-only.
 type Metadata struct {
 	Topic        string
 	LiteTopic    string
@@ -56,8 +60,8 @@ func metadataOf(rm *client.ReceivedMessage, now time.Time) Metadata {
 		LiteTopic:       rm.LiteTopic,
 		MessageID:       rm.MessageID,
 		Tag:             rm.Tag,
-		Keys:            rm.Keys,
-		Properties:      rm.Properties,
+		Keys:            slices.Clone(rm.Keys),
+		Properties:      maps.Clone(rm.Properties),
 		MessageGroup:    rm.MessageGroup,
 		BornTime:        rm.BornTime,
 		DeliveryAttempt: rm.DeliveryAttempt,

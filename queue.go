@@ -16,36 +16,43 @@ type entry struct {
 	msg        *client.ReceivedMessage
 	bind       *binding
 	receivedAt time.Time
+	// bad is set for a message that lacks what an ack needs; it is emitted
+	// with this error and never renewed or released.
+	bad *MalformedMessageError
 
 	mu        sync.Mutex // held while the entry is renewed or taken
 	handle    string     // newest receipt handle
 	visibleAt time.Time  // when the invisibility ends (local clock)
-	taken     bool
+	taken     bool       // emitted or given back: the renewer leaves it alone
 }
 
-// queue is the source's bounded FIFO. Fetchers reserve room before polling
-// and ask the broker for no more than they reserved, so the queue never holds
-// more than its capacity and a full queue stops receiving.
+// queue is the source's bounded FIFO, with a share per binding. Fetchers
+// reserve room in their binding's share before polling and ask the broker
+// for no more than they reserved, so that no binding holds more than its
+// share (MaxMessageNum × FetchConcurrency) and a binding whose share is full
+// stops receiving while the others go on.
 type queue struct {
 	mu       sync.Mutex
 	items    []*entry
-	reserved int
-	cap      int
+	share    int              // slots per binding
+	held     map[*binding]int // per binding: queued plus reserved
 	closed   bool
 	drain    bool
+	err      error         // why the source ended, returned by take once empty
 	notEmpty chan struct{} // closed and replaced when items arrive
 	notFull  chan struct{} // closed and replaced when room appears
 }
 
-func newQueue(capacity int) *queue {
-	return &queue{cap: capacity, notEmpty: make(chan struct{}), notFull: make(chan struct{})}
+func newQueue(share int) *queue {
+	return &queue{share: share, held: map[*binding]int{}, notEmpty: make(chan struct{}), notFull: make(chan struct{})}
 }
 
-// reserve waits until a quarter of n slots (at least one) is free and
-// reserves up to n of them; it returns how many it reserved, 0 when the queue
-// closed or ctx ended. Waiting for a quarter batch avoids a storm of tiny
-// polls while the queue drains; a queue three-quarters full still fills up.
-func (q *queue) reserve(ctx context.Context, n int) int {
+// reserve waits until a quarter of n slots (at least one) is free in b's
+// share and reserves up to n of them; it returns how many it reserved, 0
+// when the queue closed, drains, or ctx ended. Waiting for a quarter batch
+// avoids a storm of tiny polls while the queue drains; a share
+// three-quarters full still fills up.
+func (q *queue) reserve(ctx context.Context, b *binding, n int) int {
 	least := max(1, n/4)
 	for {
 		q.mu.Lock()
@@ -53,9 +60,9 @@ func (q *queue) reserve(ctx context.Context, n int) int {
 			q.mu.Unlock()
 			return 0
 		}
-		if free := q.cap - len(q.items) - q.reserved; free >= min(least, q.cap) {
+		if free := q.share - q.held[b]; free >= min(least, q.share) {
 			got := min(n, free)
-			q.reserved += got
+			q.held[b] += got
 			q.mu.Unlock()
 			return got
 		}
@@ -69,23 +76,22 @@ func (q *queue) reserve(ctx context.Context, n int) int {
 	}
 }
 
-// put adds es and frees the reservation of n slots taken for them. Entries
-// that arrive after close are still queued so that close returns them for
-// release.
-func (q *queue) put(es []*entry, n int) {
+// put adds es (no more than n, which the caller enforces) and frees what is
+// left of b's reservation of n slots. Entries that arrive after close are
+// still queued so that close returns them for release.
+func (q *queue) put(b *binding, es []*entry, n int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.reserved -= n
-	if len(es) == 0 {
+	q.held[b] -= n - len(es)
+	if len(es) < n {
 		q.wakeFull()
+	}
+	if len(es) == 0 {
 		return
 	}
 	q.items = append(q.items, es...)
 	close(q.notEmpty)
 	q.notEmpty = make(chan struct{})
-	if len(es) < n {
-		q.wakeFull()
-	}
 }
 
 func (q *queue) wakeFull() {
@@ -105,6 +111,7 @@ func (q *queue) take(ctx context.Context) (*entry, error) {
 			e := q.items[0]
 			q.items[0] = nil
 			q.items = q.items[1:]
+			q.held[e.bind]--
 			q.wakeFull()
 			q.mu.Unlock()
 			e.mu.Lock()
@@ -113,7 +120,11 @@ func (q *queue) take(ctx context.Context) (*entry, error) {
 			return e, nil
 		}
 		if q.drain {
+			err := q.err
 			q.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
 			return nil, ErrSourceClosed
 		}
 		wait := q.notEmpty
@@ -126,19 +137,38 @@ func (q *queue) take(ctx context.Context) (*entry, error) {
 	}
 }
 
-// due returns the queued entries whose invisibility ends before t.
-func (q *queue) due(t time.Time) []*entry {
+// scan returns the queued entries to renew (invisibility ending before
+// renewBefore) and removes and returns those queued for longer than maxAge
+// at now (to be given back). Malformed entries are neither.
+func (q *queue) scan(renewBefore, now time.Time, maxAge time.Duration) (renew, old []*entry) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var out []*entry
+	kept := q.items[:0]
 	for _, e := range q.items {
+		if e.bad != nil {
+			kept = append(kept, e)
+			continue
+		}
 		e.mu.Lock()
-		if e.visibleAt.Before(t) {
-			out = append(out, e)
+		switch {
+		case now.Sub(e.receivedAt) > maxAge:
+			e.taken = true
+			q.held[e.bind]--
+			old = append(old, e)
+		case e.visibleAt.Before(renewBefore):
+			renew = append(renew, e)
+			kept = append(kept, e)
+		default:
+			kept = append(kept, e)
 		}
 		e.mu.Unlock()
 	}
-	return out
+	clear(q.items[len(kept):])
+	q.items = kept
+	if len(old) > 0 {
+		q.wakeFull()
+	}
+	return renew, old
 }
 
 func (q *queue) len() int {
@@ -149,9 +179,16 @@ func (q *queue) len() int {
 
 // closeWhenEmpty stops new reservations; take returns ErrSourceClosed once the
 // queue is empty.
-func (q *queue) closeWhenEmpty() {
+func (q *queue) closeWhenEmpty() { q.fail(nil) }
+
+// fail is closeWhenEmpty with a reason: once the queue is empty, take returns
+// err (the first one given) instead of ErrSourceClosed.
+func (q *queue) fail(err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.err == nil {
+		q.err = err
+	}
 	q.drain = true
 	close(q.notEmpty)
 	q.notEmpty = make(chan struct{})
@@ -165,6 +202,7 @@ func (q *queue) close() []*entry {
 	q.closed = true
 	left := q.items
 	q.items = nil
+	clear(q.held)
 	close(q.notEmpty)
 	q.notEmpty = make(chan struct{})
 	q.wakeFull()

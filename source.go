@@ -69,7 +69,30 @@ type SourceConfig struct {
 	// still in the queue, so that the group gets them back promptly. Zero
 	// means 0 s: visible again at once.
 	ReleaseInvisibleDuration time.Duration
+	// MaxOutage bounds how long receiving may keep failing with transient
+	// errors (transport failures, throttling, broker timeouts) before the
+	// source ends: Next then returns a *ReceiveError wrapping the last
+	// cause. The outage of a binding starts at its first failed receive
+	// after a success and ends at its next success. Default 5 min; Forever
+	// retries without end. Permanent errors end the source at once.
+	MaxOutage time.Duration
+	// MaxQueueAge is the longest a message may wait in the queue, being
+	// renewed, before the source gives it back to the group
+	// (ChangeInvisibleDuration to ReleaseInvisibleDuration), so that a
+	// process that stopped calling Next does not hold its messages (and
+	// their lite topics) for ever. Default 30 min; Forever turns the cap
+	// off.
+	MaxQueueAge time.Duration
 }
+
+// Forever, as MaxOutage or MaxQueueAge, turns the bound off.
+const Forever time.Duration = 1<<63 - 1
+
+// Defaults of the bounds of SourceConfig that go beyond the Flink connector.
+const (
+	DefaultMaxOutage   = 5 * time.Minute
+	DefaultMaxQueueAge = 30 * time.Minute
+)
 
 func (c SourceConfig) withDefaults() SourceConfig {
 	if c.FetchConcurrency == 0 {
@@ -86,6 +109,12 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.RenewalAheadTime == 0 {
 		c.RenewalAheadTime = DefaultRenewalAheadTime
+	}
+	if c.MaxOutage == 0 {
+		c.MaxOutage = DefaultMaxOutage
+	}
+	if c.MaxQueueAge == 0 {
+		c.MaxQueueAge = DefaultMaxQueueAge
 	}
 	c.Leases = c.Leases.withDefaults()
 	return c
@@ -133,6 +162,10 @@ func (c SourceConfig) validate() error {
 		return optionError("RenewalAheadTime", "must be positive and less than InvisibleDuration")
 	case c.ReleaseInvisibleDuration < 0:
 		return optionError("ReleaseInvisibleDuration", "must not be negative")
+	case c.MaxOutage < 0:
+		return optionError("MaxOutage", "must not be negative (Forever retries without end)")
+	case c.MaxQueueAge < 0:
+		return optionError("MaxQueueAge", "must not be negative (Forever turns the cap off)")
 	}
 	return c.Leases.validate()
 }
@@ -140,6 +173,53 @@ func (c SourceConfig) validate() error {
 // ErrSourceClosed is returned by Next once the source is closed (or drained
 // and empty).
 var ErrSourceClosed = errors.New("rmqflow: source closed")
+
+// ReceiveError ends a Source: receiving from a binding failed with a
+// permanent error (the broker refused the topic, the group or the
+// credentials), or kept failing with transient ones for longer than
+// MaxOutage. Err is the last cause; for a broker refusal it wraps a
+// *client.StatusError, so errors.Is(err, client.ErrTopicNotFound) and the
+// like work on it.
+type ReceiveError struct {
+	Topic, Group string
+	// Permanent is true for a refusal that retrying cannot change, false when
+	// MaxOutage ran out.
+	Permanent bool
+	// Outage is how long the binding had been failing (0 for a permanent
+	// error on the first try).
+	Outage time.Duration
+	Err    error
+}
+
+func (e *ReceiveError) Error() string {
+	if e.Permanent {
+		return fmt.Sprintf("rmqflow: source %s/%s: receive failed permanently: %v", e.Topic, e.Group, e.Err)
+	}
+	return fmt.Sprintf("rmqflow: source %s/%s: receive failing for %v (MaxOutage): %v", e.Topic, e.Group, e.Outage.Round(time.Millisecond), e.Err)
+}
+
+func (e *ReceiveError) Unwrap() error { return e.Err }
+
+// ErrMalformedMessage is wrapped by the Err of a message the broker sent
+// without what an ack needs (receipt handle, topic, message id). Such a
+// message cannot be acked or released; the broker delivers it again when its
+// invisibility ends.
+var ErrMalformedMessage = errors.New("rmqflow: malformed message from the broker")
+
+// MalformedMessageError is the Err of a malformed message; it wraps
+// ErrMalformedMessage.
+type MalformedMessageError struct {
+	MessageID string
+	// Missing names the first field the message lacks, such as
+	// "receipt handle".
+	Missing string
+}
+
+func (e *MalformedMessageError) Error() string {
+	return fmt.Sprintf("rmqflow: malformed message %q from the broker: no %s", e.MessageID, e.Missing)
+}
+
+func (e *MalformedMessageError) Unwrap() error { return ErrMalformedMessage }
 
 // Source receives messages and never acks them: every message it emits
 // carries a ReceiptHandle, and whoever finishes the work acks it (Acker,
@@ -163,12 +243,19 @@ type Source[T any] struct {
 	leases *leaseTable // nil unless Leases.Enabled
 	clk    clock
 
-	mu       sync.Mutex
-	started  bool
-	closed   bool
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
-	draining bool
+	smetrics *sourceMetrics
+
+	mu          sync.Mutex
+	started     bool
+	running     bool // Start succeeded: the goroutines run
+	closed      bool
+	draining    bool
+	cancelStart context.CancelFunc // ends a Start in progress
+	startDone   chan struct{}      // closed when Start has returned
+	stopFetch   context.CancelFunc // Drain, Close, or the source failed
+	stopRun     context.CancelFunc // Close: renewal and leases
+	fetchWG     sync.WaitGroup     // the fetchers
+	wg          sync.WaitGroup     // renewal and leases
 }
 
 // binding is one (main topic, group) pair with its own consumer identity.
@@ -177,6 +264,28 @@ type binding struct {
 	lite         bool
 	filter       client.Filter
 	c            *client.Client
+	sess         *client.Session
+
+	omu          sync.Mutex
+	failingSince time.Time // first failed receive since the last success; zero when none
+}
+
+// outage records a failed receive at now and returns how long the binding
+// has been failing.
+func (b *binding) outage(now time.Time) time.Duration {
+	b.omu.Lock()
+	defer b.omu.Unlock()
+	if b.failingSince.IsZero() {
+		b.failingSince = now
+	}
+	return now.Sub(b.failingSince)
+}
+
+// received records a successful receive: the outage, if any, is over.
+func (b *binding) received() {
+	b.omu.Lock()
+	defer b.omu.Unlock()
+	b.failingSince = time.Time{}
 }
 
 // NewSource validates cfg and builds a source; nothing connects until Start.
@@ -190,6 +299,7 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	}
 	s := &Source[T]{cfg: cfg, dec: dec, log: cfg.logger(), clk: wallClock}
 	s.metrics = newMetrics(cfg.Meter)
+	s.smetrics = newSourceMetrics(cfg.Meter)
 	perBinding := cfg.MaxMessageNum * cfg.FetchConcurrency
 	if cfg.Mode == ModeLite {
 		for _, b := range cfg.Lite {
@@ -198,7 +308,7 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	} else {
 		s.binds = append(s.binds, &binding{topic: cfg.Topic, group: cfg.Group, filter: cfg.Filter})
 	}
-	s.q = newQueue(perBinding * len(s.binds))
+	s.q = newQueue(perBinding)
 	s.metrics.observeQueue(s.q.len)
 	pool, err := AcquireAckPool(AckPoolConfig{Connection: cfg.Connection})
 	if err != nil {
@@ -214,43 +324,64 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 }
 
 // Start opens one consumer session per binding (a lite source keeps its
-// wildcard subscription fresh) and starts the fetch and renewal goroutines.
-// ctx bounds the start only; stop the source with Close or Drain. Close the
-// source even when Start fails: it holds a reference to the ack pool.
+// wildcard subscription fresh), checks that each topic has a route, and
+// starts the fetch and renewal goroutines. ctx bounds the start only; stop
+// the source with Close or Drain. Close the source even when Start fails: it
+// holds a reference to the ack pool.
+//
+// Start fails when the broker refuses a binding: an unknown topic
+// (client.ErrTopicNotFound), credentials it rejects (client.ErrUnauthorized,
+// client.ErrForbidden), or a group it does not know (RocketMQ 5.5.0 answers
+// the session's settings with gRPC InvalidArgument "group not found"). A
+// Close that overtakes Start makes it return ErrSourceClosed with nothing
+// left running.
 func (s *Source[T]) Start(ctx context.Context) error {
 	s.mu.Lock()
-	if s.started {
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return ErrSourceClosed
+	case s.started:
 		s.mu.Unlock()
 		return errors.New("rmqflow: source already started")
 	}
 	s.started = true
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.cancelStart = cancel
+	done := make(chan struct{})
+	s.startDone = done
 	s.mu.Unlock()
-	for _, b := range s.binds {
-		c, err := client.New(s.cfg.clientConfig())
-		if err != nil {
-			s.closeClients(ctx)
-			return err
+	defer close(done)
+
+	err := s.open(sctx)
+	s.mu.Lock()
+	if err == nil && s.closed {
+		err = ErrSourceClosed
+	}
+	if err != nil {
+		s.mu.Unlock()
+		s.closeClients(ctx)
+		if s.closed {
+			return ErrSourceClosed
 		}
-		b.c = c
-		sc := client.SessionConfig{Type: client.SimpleConsumer, Group: b.group,
-			Subscriptions: []client.Subscription{{Topic: b.topic, Filter: b.filter}}, LongPollingTimeout: s.cfg.AwaitDuration}
-		if b.lite {
-			sc.Type, sc.LiteWildcard = client.LiteSimpleConsumer, true
-		}
-		if _, err := c.OpenSession(ctx, sc); err != nil {
-			s.closeClients(ctx)
-			return fmt.Errorf("rmqflow: source %s/%s: %w", b.topic, b.group, err)
-		}
+		return err
+	}
+	defer s.mu.Unlock()
+	s.running = true
+	fetchCtx, stopFetch := context.WithCancel(context.Background())
+	runCtx, stopRun := context.WithCancel(context.Background())
+	s.stopFetch, s.stopRun = stopFetch, stopRun
+	if s.draining {
+		stopFetch()
 	}
 	leases := s.leases
-	runCtx, cancel := context.WithCancel(context.Background())
-	s.stop = cancel
 	for _, b := range s.binds {
 		for i := 0; i < s.cfg.FetchConcurrency; i++ {
-			s.wg.Add(1)
+			s.fetchWG.Add(1)
 			go func() {
-				defer s.wg.Done()
-				s.fetch(runCtx, b)
+				defer s.fetchWG.Done()
+				s.fetch(fetchCtx, b)
 			}()
 		}
 	}
@@ -271,6 +402,33 @@ func (s *Source[T]) Start(ctx context.Context) error {
 	return nil
 }
 
+// open connects every binding: a client, its consumer session, and a route
+// check of its topic (a simple-mode session opens on an unknown topic, and
+// only the route tells).
+func (s *Source[T]) open(ctx context.Context) error {
+	for _, b := range s.binds {
+		c, err := client.New(s.cfg.clientConfig())
+		if err != nil {
+			return err
+		}
+		b.c = c
+		sc := client.SessionConfig{Type: client.SimpleConsumer, Group: b.group,
+			Subscriptions: []client.Subscription{{Topic: b.topic, Filter: b.filter}}, LongPollingTimeout: s.cfg.AwaitDuration}
+		if b.lite {
+			sc.Type, sc.LiteWildcard = client.LiteSimpleConsumer, true
+		}
+		sess, err := c.OpenSession(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("rmqflow: source %s/%s: %w", b.topic, b.group, err)
+		}
+		b.sess = sess
+		if _, err := c.QueryRoute(ctx, b.topic); err != nil {
+			return fmt.Errorf("rmqflow: source %s/%s: %w", b.topic, b.group, err)
+		}
+	}
+	return nil
+}
+
 // Acker returns the Acker over this source's ack pool; it behaves as any
 // NewAcker over a holder of that pool. It works from NewSource on; Close
 // waits for the calls already made through it, and its acks keep working
@@ -287,9 +445,9 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		LongPollingTimeout: s.cfg.AwaitDuration,
 	}
 	for {
-		// Reserve room first and ask for no more: a full queue stops
-		// receiving.
-		room := s.q.reserve(ctx, s.cfg.MaxMessageNum)
+		// Reserve room in the binding's share first and ask for no more: a
+		// full share stops receiving.
+		room := s.q.reserve(ctx, b, s.cfg.MaxMessageNum)
 		if room == 0 {
 			return
 		}
@@ -297,21 +455,112 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		t0, polledAt := time.Now(), s.clk.now()
 		msgs, err := b.c.Receive(ctx, req)
 		s.metrics.receiveLatency(ctx, time.Since(t0))
-		s.q.put(s.entries(b, msgs, polledAt), room)
 		s.metrics.fetched(ctx, len(msgs), b)
+		if len(msgs) > room {
+			// The broker sent more than asked: keep the reservation, give
+			// the rest back at once.
+			s.giveBack(ctx, b, msgs[room:], 0, "excess")
+			msgs = msgs[:room]
+		}
+		s.q.put(b, s.entries(b, msgs, polledAt), room)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			d := bo.Next()
-			s.log.Warn("rmqflow: receive failed; backing off", "topic", b.topic, "group", b.group, "backoff", d, "err", err)
+			if permanentReceiveError(err) {
+				s.fail(&ReceiveError{Topic: b.topic, Group: b.group, Permanent: true, Outage: b.outage(time.Now()), Err: err})
+				return
+			}
+			outage := b.outage(time.Now())
+			if outage >= s.cfg.MaxOutage {
+				s.fail(&ReceiveError{Topic: b.topic, Group: b.group, Outage: outage, Err: err})
+				return
+			}
+			// Sleep no later than the end of the allowed outage, so that
+			// the error is seen in time.
+			d := min(bo.Next(), s.cfg.MaxOutage-outage)
+			s.log.Warn("rmqflow: receive failed; backing off", "topic", b.topic, "group", b.group, "backoff", d, "outage", outage, "err", err)
 			if !backoff.Sleep(ctx, d) {
 				return
 			}
 			continue
 		}
+		b.received()
 		bo.Reset()
 	}
+}
+
+// permanentReceiveError reports whether err is a refusal that retrying
+// cannot change: an unknown or illegal topic or group, refused credentials,
+// an invalid request or an unsupported operation. Everything else (transport
+// failures, throttling, timeouts, INTERNAL_SERVER_ERROR, which RocketMQ 5.5.0
+// also answers while a restarted proxy has not yet seen the client's
+// settings) is retried within MaxOutage.
+func permanentReceiveError(err error) bool {
+	var ce *client.ConfigError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var se *client.StatusError
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code {
+	case client.CodeTopicNotFound, client.CodeConsumerGroupNotFound, client.CodeUnauthorized, client.CodeForbidden,
+		client.CodeIllegalTopic, client.CodeIllegalConsumerGroup, client.CodeIllegalFilterExpression,
+		client.CodeIllegalInvisibleTime, client.CodeIllegalPollingTime, client.CodeBadRequest,
+		client.CodeUnrecognizedClientType, client.CodeUnsupported, client.CodeVersionUnsupported:
+		return true
+	}
+	return false
+}
+
+// fail ends the source with err: the fetchers stop, Next emits what is
+// queued and then returns err.
+func (s *Source[T]) fail(err error) {
+	s.log.Error("rmqflow: source stopped receiving", "err", err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.q.fail(err)
+	if s.stopFetch != nil {
+		s.stopFetch()
+	}
+}
+
+// giveBack makes fetched messages that the source will not emit visible
+// again after d, and counts them under reason. Malformed ones cannot be
+// given back (no handle); the broker redelivers them when they expire.
+func (s *Source[T]) giveBack(ctx context.Context, b *binding, msgs []*client.ReceivedMessage, d time.Duration, reason string) {
+	ctx = context.WithoutCancel(ctx) // each RPC is bounded by RequestTimeout
+	failed := 0
+	for _, m := range msgs {
+		if missing(m) != "" {
+			continue
+		}
+		if _, err := b.c.ChangeInvisibleDuration(ctx, client.ChangeInvisibleRequest{
+			Group: b.group, Topic: m.Topic, MessageID: m.MessageID, ReceiptHandle: m.ReceiptHandle,
+			LiteTopic: m.LiteTopic, InvisibleDuration: d,
+		}); err != nil {
+			failed++
+		}
+	}
+	s.smetrics.released(ctx, reason, len(msgs))
+	if failed > 0 {
+		s.log.Warn("rmqflow: some messages were not given back; they come back when their invisibility ends", "reason", reason, "count", failed)
+	}
+}
+
+// missing names the first thing an ack needs that m lacks, or "".
+func missing(m *client.ReceivedMessage) string {
+	switch {
+	case m.ReceiptHandle == "":
+		return "receipt handle"
+	case m.Topic == "":
+		return "topic"
+	case m.MessageID == "":
+		return "message id"
+	}
+	return ""
 }
 
 func (s *Source[T]) entries(b *binding, msgs []*client.ReceivedMessage, polledAt time.Time) []*entry {
@@ -323,18 +572,41 @@ func (s *Source[T]) entries(b *binding, msgs []*client.ReceivedMessage, polledAt
 		}
 		// The poll was sent at polledAt: the broker's clock started no earlier.
 		out[i] = &entry{msg: m, bind: b, handle: m.ReceiptHandle, visibleAt: polledAt.Add(inv), receivedAt: s.clk.now()}
+		if what := missing(m); what != "" {
+			out[i].bad = &MalformedMessageError{MessageID: m.MessageID, Missing: what}
+		}
 	}
 	return out
 }
 
 // Next returns the next message, blocking until one is queued, ctx ends, or
-// the source is closed (ErrSourceClosed). Safe for concurrent use.
+// the source ends. Safe for concurrent use.
+//
+// Unless DisableQueueRenewal is set, an emitted message has at least half of
+// InvisibleDuration of invisibility left: a message that waited in the queue
+// until less was left is renewed before it is returned (and, if that renewal
+// fails, given up to the broker's redelivery instead of being returned).
+//
+// A message is returned with a nil error; its own Err tells whether it
+// decoded (a *DecodeError or the Decoder's error) or came malformed from the
+// broker (ErrMalformedMessage). The errors of Next itself are:
+//   - ctx.Err() when ctx ends first;
+//   - ErrSourceClosed after Close, or after Drain once the queue is empty;
+//   - a *ReceiveError once the source has ended on a receive failure (a
+//     permanent refusal, or an outage longer than MaxOutage) and the queue
+//     is empty; every later call returns it again.
 func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
-	e, err := s.q.take(ctx)
-	if err != nil {
-		return nil, err
+	var e *entry
+	for {
+		var err error
+		if e, err = s.q.take(ctx); err != nil {
+			return nil, err
+		}
+		if s.freshen(ctx, e) {
+			break
+		}
 	}
-	e.mu.Lock() // waits out a renewal of this entry in progress
+	e.mu.Lock()
 	handle := e.handle
 	e.mu.Unlock()
 	m := &AckableMessage[T]{
@@ -344,6 +616,12 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 			Topic: e.msg.Topic, LiteTopic: e.msg.LiteTopic, MessageID: e.msg.MessageID,
 			Handle: handle, DeliveryAttempt: e.msg.DeliveryAttempt,
 		},
+	}
+	if e.bad != nil {
+		m.Err = e.bad
+		s.smetrics.malformed(ctx)
+		s.metrics.emitted(ctx)
+		return m, nil
 	}
 	m.Value, m.Err = s.dec.Decode(e.msg.Body, &m.Meta)
 	if m.Err != nil {
@@ -358,7 +636,9 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 }
 
 // Messages iterates over Next until ctx ends or the source closes; a Next
-// error other than ErrSourceClosed is yielded once, then the iteration ends.
+// error other than ErrSourceClosed (ctx.Err(), or the *ReceiveError that
+// ended the source) is yielded once with a nil message, then the iteration
+// ends.
 func (s *Source[T]) Messages(ctx context.Context) iter.Seq2[*AckableMessage[T], error] {
 	return func(yield func(*AckableMessage[T], error) bool) {
 		for {
@@ -377,16 +657,20 @@ func (s *Source[T]) Messages(ctx context.Context) iter.Seq2[*AckableMessage[T], 
 func (s *Source[T]) QueueLen() int { return s.q.len() }
 
 // Drain stops receiving; Next keeps returning the queued messages and then
-// ErrSourceClosed. It returns at once; call Close when done.
+// ErrSourceClosed. Queued messages go on being renewed until they are
+// emitted (and leases until Close). It returns at once; call Close when
+// done. A Drain before Start leaves nothing to emit.
 func (s *Source[T]) Drain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.started || s.closed || s.draining {
+	if s.closed || s.draining {
 		return
 	}
 	s.draining = true
-	s.stop()
 	s.q.closeWhenEmpty()
+	if s.stopFetch != nil {
+		s.stopFetch()
+	}
 }
 
 // Close stops receiving, waits for the fetch goroutines, gives every message
@@ -401,14 +685,24 @@ func (s *Source[T]) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	started := s.started
-	if s.stop != nil {
-		s.stop()
+	if s.cancelStart != nil {
+		s.cancelStart()
 	}
+	done := s.startDone
 	s.mu.Unlock()
-	if !started {
+	if done != nil {
+		<-done // a Start in progress gives up and closes what it opened
+	}
+	s.mu.Lock()
+	running := s.running
+	s.mu.Unlock()
+	if !running {
+		s.q.close()
 		return s.releasePool(ctx)
 	}
+	s.stopFetch()
+	s.fetchWG.Wait()
+	s.stopRun()
 	s.wg.Wait()
 	left := s.q.close()
 	var errs []error
@@ -443,6 +737,9 @@ func (s *Source[T]) releasePool(ctx context.Context) error {
 func (s *Source[T]) release(ctx context.Context, left []*entry) error {
 	var errs []error
 	for _, e := range left {
+		if e.bad != nil {
+			continue // no handle to release with
+		}
 		_, err := e.bind.c.ChangeInvisibleDuration(ctx, client.ChangeInvisibleRequest{
 			Group: e.bind.group, Topic: e.msg.Topic, MessageID: e.msg.MessageID, ReceiptHandle: e.handle,
 			LiteTopic: e.msg.LiteTopic, InvisibleDuration: s.cfg.ReleaseInvisibleDuration,
@@ -466,7 +763,9 @@ func (s *Source[T]) closeClients(ctx context.Context) {
 }
 
 // renewQueued renews queue-resident messages RenewalAheadTime before their
-// invisibility ends, swapping in the handle the broker returns.
+// invisibility ends, swapping in the handle the broker returns, and gives
+// back those queued for longer than MaxQueueAge. It runs until Close, Drain
+// included.
 func (s *Source[T]) renewQueued(ctx context.Context) {
 	tick := make(chan struct{}, 1)
 	for {
@@ -482,7 +781,11 @@ func (s *Source[T]) renewQueued(ctx context.Context) {
 			return
 		case <-tick:
 		}
-		due := s.q.due(s.clk.now().Add(s.cfg.RenewalAheadTime))
+		now := s.clk.now()
+		due, old := s.q.scan(now.Add(s.cfg.RenewalAheadTime), now, s.cfg.MaxQueueAge)
+		if len(old) > 0 {
+			s.giveBackOld(ctx, old)
+		}
 		for _, e := range due {
 			s.renewEntry(ctx, e)
 		}
@@ -494,12 +797,60 @@ func (s *Source[T]) renewTick() time.Duration {
 	return min(max(d, 50*time.Millisecond), time.Second)
 }
 
+// giveBackOld releases entries that waited longer than MaxQueueAge.
+func (s *Source[T]) giveBackOld(ctx context.Context, old []*entry) {
+	byBinding := map[*binding][]*client.ReceivedMessage{}
+	for _, e := range old {
+		e.mu.Lock()
+		m := *e.msg
+		m.ReceiptHandle = e.handle
+		e.mu.Unlock()
+		byBinding[e.bind] = append(byBinding[e.bind], &m)
+	}
+	for b, msgs := range byBinding {
+		s.giveBack(ctx, b, msgs, s.cfg.ReleaseInvisibleDuration, "max_queue_age")
+	}
+}
+
+// minEmitInvisibility is the least invisibility an emitted message has left:
+// half of InvisibleDuration.
+func (s *Source[T]) minEmitInvisibility() time.Duration { return s.cfg.InvisibleDuration / 2 }
+
+// freshen renews a just-taken entry that has less than minEmitInvisibility
+// left. It reports whether the entry may be emitted: false when that renewal
+// failed (the message is then left to the broker's redelivery, and counted).
+func (s *Source[T]) freshen(ctx context.Context, e *entry) bool {
+	if s.cfg.DisableQueueRenewal || e.bad != nil {
+		return true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.visibleAt.Sub(s.clk.now()) >= s.minEmitInvisibility() {
+		return true
+	}
+	if err := s.renewLocked(context.WithoutCancel(ctx), e); err != nil {
+		s.log.Warn("rmqflow: renewing a message at emission failed; it is not emitted and comes back when its invisibility ends",
+			"message_id", e.msg.MessageID, "err", err)
+		s.smetrics.released(ctx, "renewal_failed", 1)
+		return false
+	}
+	return true
+}
+
 func (s *Source[T]) renewEntry(ctx context.Context, e *entry) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.taken {
 		return // emitted meanwhile: leases (if on) take over
 	}
+	if err := s.renewLocked(ctx, e); err != nil && ctx.Err() == nil {
+		s.log.Warn("rmqflow: renewing a queued message failed", "message_id", e.msg.MessageID, "err", err)
+	}
+}
+
+// renewLocked renews e (e.mu held) for InvisibleDuration and swaps in the
+// new handle.
+func (s *Source[T]) renewLocked(ctx context.Context, e *entry) error {
 	t0 := s.clk.now()
 	h, err := e.bind.c.ChangeInvisibleDuration(ctx, client.ChangeInvisibleRequest{
 		Group: e.bind.group, Topic: e.msg.Topic, MessageID: e.msg.MessageID, ReceiptHandle: e.handle,
@@ -507,13 +858,11 @@ func (s *Source[T]) renewEntry(ctx context.Context, e *entry) {
 	})
 	s.metrics.renewed(ctx, "queue", err)
 	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("rmqflow: renewing a queued message failed", "message_id", e.msg.MessageID, "err", err)
-		}
-		return
+		return err
 	}
 	e.handle = h
 	e.visibleAt = t0.Add(s.cfg.InvisibleDuration)
+	return nil
 }
 
 // clock is the source's time: the wall clock, or a test's manual clock (the

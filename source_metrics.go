@@ -1,0 +1,39 @@
+package rmqflow
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// Metric names of the source's safety checks; docs/metrics.md describes each.
+const (
+	MetricReleased  = "rmqflow.source.released"
+	MetricMalformed = "rmqflow.source.malformed"
+)
+
+// sourceMetrics are the source's own instruments, beside the shared ones.
+type sourceMetrics struct {
+	releasedC  metric.Int64Counter
+	malformedC metric.Int64Counter
+}
+
+func newSourceMetrics(m metric.Meter) *sourceMetrics {
+	if m == nil {
+		m = noop.NewMeterProvider().Meter("rmqflow")
+	}
+	x := &sourceMetrics{}
+	x.releasedC, _ = m.Int64Counter(MetricReleased, metric.WithDescription("fetched messages the source gave back to the group instead of emitting them, by reason"))
+	x.malformedC, _ = m.Int64Counter(MetricMalformed, metric.WithDescription("messages emitted with ErrMalformedMessage (no receipt handle, topic or message id)"))
+	return x
+}
+
+func (x *sourceMetrics) released(ctx context.Context, reason string, n int) {
+	if n > 0 {
+		x.releasedC.Add(ctx, int64(n), metric.WithAttributes(attribute.String("reason", reason)))
+	}
+}
+
+func (x *sourceMetrics) malformed(ctx context.Context) { x.malformedC.Add(ctx, 1) }
