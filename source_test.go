@@ -607,3 +607,45 @@ func TestSourcePerBindingShare(t *testing.T) {
 		t.Errorf("queue holds %d, want 4 + 3", got)
 	}
 }
+
+// TestSourcePermanentErrorsRealBroker (#16) on RocketMQ 5.5.0: an unknown
+// topic ends Start with a typed TOPIC_NOT_FOUND (a simple-mode session opens
+// on it, and the source used to retry its receives for ever); an unknown
+// group is refused at the session's settings. Neither hangs.
+func TestSourcePermanentErrorsRealBroker(t *testing.T) {
+	ep := rmqtest.Endpoint(t)
+	missing := rmqtest.Unique("missing")
+	for _, c := range []struct {
+		name         string
+		mode         rmqflow.Mode
+		topic, group string
+		typed        error
+	}{
+		{"simple, unknown topic", rmqflow.ModeSimple, missing, rmqtest.NormalGroup("b"), client.ErrTopicNotFound},
+		{"simple, unknown group", rmqflow.ModeSimple, rmqtest.NormalTopic("b"), missing, nil},
+		{"lite, unknown group", rmqflow.ModeLite, rmqtest.LiteTopic("a"), missing, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := rmqtest.Context(t, 20*time.Second)
+			cfg := rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: ep}, Mode: c.mode, AwaitDuration: 5 * time.Second}
+			if c.mode == rmqflow.ModeSimple {
+				cfg.Topic, cfg.Group = c.topic, c.group
+			} else {
+				cfg.Lite = []rmqflow.LiteBinding{{Topic: c.topic, Group: c.group}}
+			}
+			src, err := rmqflow.NewSource(cfg, rmqflow.StringDecoder())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = src.Close(context.Background()) })
+			err = startOrNext(t, src, src.Start(ctx))
+			if err == nil {
+				t.Fatal("the source started and delivered on a missing resource")
+			}
+			if c.typed != nil && !errors.Is(err, c.typed) {
+				t.Fatalf("got %v, want %v", err, c.typed)
+			}
+			t.Logf("%s: %v", c.name, err)
+		})
+	}
+}
