@@ -7,11 +7,14 @@
 // # Receiving
 //
 // A [Source] long-polls ReceiveMessage under one consumer identity per bound
-// main topic and keeps what it fetched in a bounded queue; a full queue stops
-// receiving. It never acks: every [AckableMessage] carries a [ReceiptHandle]
-// (credential-free, serializable) that whoever finishes the work acks with —
-// an [Acker] in this process, or an [AckPool] in any process. Messages that
-// wait in the queue are renewed before their invisibility ends.
+// main topic and keeps what it fetched in a bounded queue, with a share per
+// bound topic; a full share stops that topic's receiving. It never acks:
+// every [AckableMessage] carries a [ReceiptHandle] (credential-free,
+// serializable) that whoever finishes the work acks with — an [Acker] in this
+// process, or an [AckPool] in any process. Messages that wait in the queue
+// are renewed, so each one Next returns has at least half of its
+// InvisibleDuration left. A receive failure that retrying cannot fix, or an
+// outage longer than MaxOutage, ends the source with a [ReceiveError].
 //
 // # Acking
 //
