@@ -361,20 +361,38 @@ func (p *ackPool) ackAsync(ctx context.Context, h ReceiptHandle, after func()) *
 		f.complete(notSent(err))
 		return f
 	}
-	h, err := p.endLease(ctx, h)
-	if err != nil {
-		f.complete(err)
-		return f
+	if l := p.leaseOf(h); l != nil {
+		nh, ok := l.tryEnd(h)
+		if !ok {
+			// A renewal of this message is on the wire: wait for its new
+			// handle without holding up the caller.
+			go func() {
+				nh, err := l.end(ctx, h)
+				if err != nil {
+					f.complete(err)
+					return
+				}
+				p.enqueue(ctx, nh, f)
+			}()
+			return f
+		}
+		h = nh
 	}
+	p.enqueue(ctx, h, f)
+	return f
+}
+
+// enqueue hands the ack of h to its batcher, waiting for room no longer than
+// ctx allows.
+func (p *ackPool) enqueue(ctx context.Context, h ReceiptHandle, f *AckFuture) {
 	b, err := p.batcher(h)
 	if err != nil {
 		f.complete(err)
-		return f
+		return
 	}
 	if err := b.submit(ctx, ackReq{ctx: ctx, h: h, f: f}); err != nil {
 		f.complete(err)
 	}
-	return f
 }
 
 // check validates h and that the pool may send for its endpoints.

@@ -99,6 +99,20 @@ func (l *lease) end(ctx context.Context, h ReceiptHandle) (ReceiptHandle, error)
 	return h, nil
 }
 
+// tryEnd is end when no renewal holds the lease; false when one does.
+func (l *lease) tryEnd(h ReceiptHandle) (ReceiptHandle, bool) {
+	select {
+	case l.lock <- struct{}{}:
+	default:
+		return h, false
+	}
+	defer l.unlock()
+	l.ended.Store(true)
+	h.Handle = l.h.Handle
+	h.owner = nil
+	return h, true
+}
+
 // leave ends the lease without waiting for anything.
 func (l *lease) leave() { l.ended.Store(true) }
 
@@ -217,7 +231,11 @@ func (t *leaseTable) renew(ctx context.Context, l *lease) {
 		return
 	}
 	t0 := t.now()
-	nh, err := t.pool.changeInvisibleRaw(ctx, l.h, t.invisible)
+	// A renewal once sent is not cancelled when the source stops: cut short,
+	// it might have changed the handle on the broker without this process
+	// learning the new one, and the next ack would use a superseded handle.
+	// The RPC is bounded by the request timeout.
+	nh, err := t.pool.changeInvisibleRaw(context.WithoutCancel(ctx), l.h, t.invisible)
 	t.metrics.renewed(ctx, "lease", err)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 	"github.com/rmqflow/rmqflow/rmqfake"
@@ -361,5 +362,60 @@ func TestLeaseEndsOnPoolAck(t *testing.T) {
 	}
 	if n := acked(s); n != 1 {
 		t.Errorf("the pool acked a superseded handle (acked %d)", n)
+	}
+}
+
+// TestCloseWaitsForAcks (#20): Close waits for the calls already made
+// through the source's Acker — an ack waiting for a lease renewal on the
+// wire, and a release whose RPC is on the wire — before it releases the
+// pool; both take.
+func TestCloseWaitsForAcks(t *testing.T) {
+	s := fakeNormal(t)
+	ren := renewals(s, time.Second)
+	zero := make(chan struct{}, 1) // a ChangeInvisibleDuration to 0 s arrived
+	s.Intercept("ChangeInvisibleDuration", func(c rmqfake.Call) rmqfake.Verdict {
+		if r, ok := c.Request.(*v2.ChangeInvisibleDurationRequest); ok && r.GetInvisibleDuration().AsDuration() == 0 {
+			zero <- struct{}{}
+			return rmqfake.Verdict{Delay: time.Second} // with the 1 s above: on the wire for 2 s
+		}
+		return rmqfake.Verdict{}
+	})
+	src := leasedSource(t, s, StringDecoder())
+	send(t, s, 2)
+	ctx := rmqtest.Context(t, 20*time.Second)
+	m1, err := src.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := src.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, ren, "lease renewal")
+	f := src.Acker().AckAsync(ctx, m1.Handle) // returns at once, waits for the renewal
+	released := make(chan error, 1)
+	go func() { released <- src.Acker().Release(ctx, m2.Handle) }()
+	wait(t, zero, "release on the wire")
+	if err := src.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	select {
+	case <-f.Done():
+	default:
+		t.Fatal("Close returned before the ack submitted through its Acker completed")
+	}
+	if f.Err() != nil {
+		t.Errorf("ack submitted before Close: %v", f.Err())
+	}
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Errorf("release on the wire at Close: %v", err)
+		}
+	default:
+		t.Fatal("Close returned before the release made through its Acker completed")
+	}
+	if n := acked(s); n != 1 {
+		t.Errorf("acked %d, want 1", n)
 	}
 }
