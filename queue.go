@@ -179,13 +179,15 @@ func (q *queue) len() int {
 
 // closeWhenEmpty stops new reservations; take returns ErrSourceClosed once the
 // queue is empty.
-func (q *queue) closeWhenEmpty() { q.fail(nil) }
+func (q *queue) closeWhenEmpty() { _ = q.fail(nil) }
 
 // fail is closeWhenEmpty with a reason: once the queue is empty, take returns
-// err (the first one given) instead of ErrSourceClosed.
-func (q *queue) fail(err error) {
+// err (the first one given) instead of ErrSourceClosed. It reports whether
+// err is that first one.
+func (q *queue) fail(err error) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	first := q.err == nil && err != nil && !q.closed
 	if q.err == nil {
 		q.err = err
 	}
@@ -193,6 +195,7 @@ func (q *queue) fail(err error) {
 	close(q.notEmpty)
 	q.notEmpty = make(chan struct{})
 	q.wakeFull()
+	return first
 }
 
 // close empties the queue and returns what it held.

@@ -356,15 +356,12 @@ func (s *Source[T]) Start(ctx context.Context) error {
 
 	err := s.open(sctx)
 	s.mu.Lock()
-	if err == nil && s.closed {
-		err = ErrSourceClosed
+	if s.closed {
+		err = ErrSourceClosed // whatever open said, Close overtook it
 	}
 	if err != nil {
 		s.mu.Unlock()
 		s.closeClients(ctx)
-		if s.closed {
-			return ErrSourceClosed
-		}
 		return err
 	}
 	defer s.mu.Unlock()
@@ -518,10 +515,11 @@ func permanentReceiveError(err error) bool {
 // fail ends the source with err: the fetchers stop, Next emits what is
 // queued and then returns err.
 func (s *Source[T]) fail(err error) {
-	s.log.Error("rmqflow: source stopped receiving", "err", err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.q.fail(err)
+	if s.q.fail(err) {
+		s.log.Error("rmqflow: source stopped receiving", "err", err)
+	}
 	if s.stopFetch != nil {
 		s.stopFetch()
 	}
