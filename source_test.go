@@ -649,3 +649,35 @@ func TestSourcePermanentErrorsRealBroker(t *testing.T) {
 		})
 	}
 }
+
+// TestSourceEmitsQueuedBeforeReceiveError (#16): a source ended by a
+// permanent receive error still hands out what it had queued, then the error.
+func TestSourceEmitsQueuedBeforeReceiveError(t *testing.T) {
+	ctx := rmqtest.Context(t, 30*time.Second)
+	s := fakeNormal(t)
+	f := newForger(t, s.Addr())
+	var calls atomic.Int32
+	f.set(nil, func(rs []*v2.ReceiveMessageResponse) []*v2.ReceiveMessageResponse {
+		if calls.Add(1) == 1 {
+			return rs
+		}
+		return []*v2.ReceiveMessageResponse{{Content: &v2.ReceiveMessageResponse_Status{Status: &v2.Status{Code: v2.Code_FORBIDDEN, Message: "forged"}}}}
+	})
+	sendBodies(t, ctx, s.Addr(), "t", false, "q1", "q2")
+	src, err := startSimple(t, ctx, rmqflow.Connection{Endpoints: f.addr}, "t", "g", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var end error
+	for m, err := range src.Messages(ctx) {
+		if err != nil {
+			end = err
+			break
+		}
+		got = append(got, m.Value)
+	}
+	if len(got) != 2 || !errors.Is(end, client.ErrForbidden) {
+		t.Fatalf("got %v then %v, want the 2 queued messages then FORBIDDEN", got, end)
+	}
+}
