@@ -342,11 +342,13 @@ func (f *AckFuture) wait(ctx context.Context) error {
 	return outcomeUnknown(ctx.Err())
 }
 
-// AckAsync queues an ack of h and returns at once; the future completes
-// with what Ack would return. ctx bounds the wait for room in the queue and
-// for a renewal of the same delivery in progress, and the time the ack may
-// wait in the queue: an ack whose ctx ends before it is sent is withdrawn
-// (ErrAckNotSent). Once sent, the ack completes whatever ctx does.
+// AckAsync queues an ack of h and returns its future, which completes with
+// what Ack would return. It returns at once unless the pool's queue for h's
+// group and topic is full (MaxBatch × 4 acks waiting), and waits for room no
+// longer than ctx allows. ctx also bounds the wait for a renewal of the same
+// message on the wire and the time the ack may wait in the queue: an ack
+// whose ctx ends before it is sent is withdrawn (ErrAckNotSent). Once sent,
+// the ack completes whatever ctx does.
 func (p *AckPool) AckAsync(ctx context.Context, h ReceiptHandle) *AckFuture {
 	return p.s.ackAsync(ctx, h, nil)
 }
