@@ -347,10 +347,7 @@ func TestLeaseEndsOnPoolAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait(t, ren, "lease renewal")
-	for newestHandle(src, m.Handle) == m.Handle.Handle { // the renewal's answer is on its way
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait(t, ren, "lease renewal") // on the wire: the ack below waits for its new handle
 	h := m.Handle
 	rebuilt := ReceiptHandle{Endpoints: h.Endpoints, Namespace: h.Namespace, Group: h.Group, Topic: h.Topic,
 		LiteTopic: h.LiteTopic, MessageID: h.MessageID, Handle: h.Handle, DeliveryAttempt: h.DeliveryAttempt}
