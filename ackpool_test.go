@@ -371,3 +371,30 @@ func TestReleaseHonoursContext(t *testing.T) {
 		t.Errorf("a stalled ack cut short by Release: %v, want ErrAckOutcomeUnknown", f.Err())
 	}
 }
+
+// TestAckWithdrawnFromQueue (#7): an AckAsync whose ctx ends while it waits
+// in the batch queue is not sent and says so.
+func TestAckWithdrawnFromQueue(t *testing.T) {
+	s := fakeNormal(t)
+	h := received(t, s, client.Credentials{}, 1)[0]
+	acks := countCalls(s, "AckMessage")
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr()}, Linger: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	f := pool.AckAsync(ctx, h)
+	select {
+	case <-f.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the withdrawn ack never completed")
+	}
+	if !errors.Is(f.Err(), ErrAckNotSent) || !errors.Is(f.Err(), context.DeadlineExceeded) {
+		t.Errorf("ack whose ctx ended in the queue: %v, want ErrAckNotSent and context.DeadlineExceeded", f.Err())
+	}
+	if n := acks.Load(); n != 0 {
+		t.Errorf("%d AckMessage calls for a withdrawn ack", n)
+	}
+}
