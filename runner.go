@@ -218,6 +218,7 @@ type keyState[T any] struct {
 // keyBlock holds a key back after a message of it ended unacked.
 type keyBlock struct {
 	head   string    // message id of the message that will come back
+	since  time.Time // when the block began
 	until  time.Time // when it is due back
 	expire time.Time // give up waiting for it
 }
@@ -363,23 +364,36 @@ func (d *dispatcher[T]) work(ctx context.Context) {
 			m := st.queue[0]
 			st.queue[0] = nil
 			st.queue = st.queue[1:]
-			hold := time.Duration(-1)
+			hold, leave := time.Duration(-1), false
 			if b := st.block; b != nil {
 				now := d.r.now()
 				switch {
-				case m.Meta.MessageID == b.head || now.After(b.expire):
-					st.block = nil // the head is back (or will not be)
+				case m.Meta.MessageID == b.head:
+					st.block = nil // the head is back
+				case now.After(b.expire) && m.Meta.ReceivedAt.After(b.since):
+					st.block = nil // the head will not be back; m came after it
+				case now.After(b.expire):
+					// m was received before the head failed: on the broker it
+					// is behind the head, which was never acked here. Never
+					// run it out of order: leave it to come back behind it.
+					leave = true
 				default:
 					hold = max(b.until.Sub(now), minHoldBack)
 				}
 			}
 			d.mu.Unlock()
-			if hold >= 0 {
+			switch {
+			case leave:
+				d.leave(m)
+			case hold >= 0:
 				d.holdBack(ctx, m, hold)
-			} else if until, blocked := d.process(ctx, m); blocked {
-				d.mu.Lock()
-				st.block = &keyBlock{head: m.Meta.MessageID, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
-				d.mu.Unlock()
+			default:
+				if until, blocked := d.process(ctx, m); blocked {
+					now := d.r.now()
+					d.mu.Lock()
+					st.block = &keyBlock{head: m.Meta.MessageID, since: now, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
+					d.mu.Unlock()
+				}
 			}
 			d.r.held.Add(-1)
 			<-d.buffered

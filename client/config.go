@@ -2,6 +2,7 @@ package client
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -47,6 +48,35 @@ func (c Credentials) GoString() string { return c.String() }
 
 // Format hides the secret from every verb (%d, %x, %q ... included).
 func (c Credentials) Format(f fmt.State, verb rune) { _, _ = f.Write([]byte(c.String())) }
+
+// redactedCredentials is what Credentials marshal and log as.
+type redactedCredentials struct {
+	AccessKey     string `json:"accessKey,omitempty"`
+	AccessSecret  string `json:"accessSecret,omitempty"`
+	SecurityToken string `json:"securityToken,omitempty"`
+}
+
+func (c Credentials) redacted() redactedCredentials {
+	r := redactedCredentials{AccessKey: c.AccessKey}
+	if c.AccessSecret != "" {
+		r.AccessSecret = "<redacted>"
+	}
+	if c.SecurityToken != "" {
+		r.SecurityToken = "<redacted>"
+	}
+	return r
+}
+
+// MarshalJSON hides the secret and the security token from encoding/json
+// (a config marshalled or logged as JSON by mistake leaks nothing).
+func (c Credentials) MarshalJSON() ([]byte, error) { return json.Marshal(c.redacted()) }
+
+// LogValue hides the secret and the security token from log/slog handlers.
+func (c Credentials) LogValue() slog.Value {
+	r := c.redacted()
+	return slog.GroupValue(slog.String("accessKey", r.AccessKey), slog.String("accessSecret", r.AccessSecret),
+		slog.String("securityToken", r.SecurityToken))
+}
 
 // Config configures a [Client]. Only Endpoints is required.
 type Config struct {
