@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 )
@@ -183,6 +184,9 @@ func ParseEndpoints(s string) (Endpoints, error) {
 		}
 		if host == "" {
 			return nil, &ConfigError{Option: "Endpoints", Reason: fmt.Sprintf("%q: host is empty", part)}
+		}
+		if strings.ContainsFunc(host, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+			return nil, &ConfigError{Option: "Endpoints", Reason: fmt.Sprintf("%q: host contains a space or control character", part)}
 		}
 		out = append(out, Address{Host: host, Port: port})
 	}
