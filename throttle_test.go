@@ -61,9 +61,10 @@ func (m *counterMeter) sum(name, key, value string) int64 {
 	return n
 }
 
-// TestThrottleProcessReportsAFailedDeferral: when the deferral RPC fails,
-// Process says Failed (not Deferred) and returns the error.
-func TestThrottleProcessReportsAFailedDeferral(t *testing.T) {
+// oneFakeMessage starts rmqfake with a source on it and returns one message
+// of lite topic "a" taken from the source.
+func oneFakeMessage(t *testing.T) (*rmqfake.Server, *rmqflow.Source[string], *rmqflow.AckableMessage[string], context.Context) {
+	t.Helper()
 	rmqtest.CheckGoroutines(t)
 	fake := fakeLite(t)
 	ctx := rmqtest.Context(t, 30*time.Second)
@@ -75,6 +76,13 @@ func TestThrottleProcessReportsAFailedDeferral(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fake, src, m, ctx
+}
+
+// TestThrottleProcessReportsAFailedDeferral: when the deferral RPC fails,
+// Process says Failed (not Deferred) and returns the error.
+func TestThrottleProcessReportsAFailedDeferral(t *testing.T) {
+	fake, src, m, ctx := oneFakeMessage(t)
 	th, err := rmqflow.NewThrottle(src.Acker(), rmqflow.ThrottlePolicyFunc[string](func(*rmqflow.AckableMessage[string]) rmqflow.Decision {
 		return rmqflow.Defer(time.Minute, "test")
 	}), rmqflow.ThrottleConfig{})
@@ -95,17 +103,7 @@ func TestThrottleProcessReportsAFailedDeferral(t *testing.T) {
 // TestThrottleRefusesTheZeroDecision: a policy that returns Decision{} has
 // nothing acked or deferred.
 func TestThrottleRefusesTheZeroDecision(t *testing.T) {
-	rmqtest.CheckGoroutines(t)
-	fake := fakeLite(t)
-	ctx := rmqtest.Context(t, 30*time.Second)
-	src, sink := startPair(t, ctx, rmqflow.Connection{Endpoints: fake.Addr()})
-	if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "a", Body: []byte("m")}).Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	m, err := src.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, src, m, ctx := oneFakeMessage(t)
 	th, err := rmqflow.NewThrottle(src.Acker(), rmqflow.ThrottlePolicyFunc[string](func(*rmqflow.AckableMessage[string]) rmqflow.Decision {
 		return rmqflow.Decision{}
 	}), rmqflow.ThrottleConfig{})
