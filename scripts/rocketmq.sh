@@ -14,6 +14,11 @@
 #   scripts/rocketmq.sh fetch    only resolve the jars
 #   scripts/rocketmq.sh logs     print the tail of every log (used when a run fails)
 #   scripts/rocketmq.sh env      print the environment the Go tests read
+#   scripts/rocketmq.sh apply FILE  create the topics and groups of FILE (the
+#                                format of scripts/rocketmq/fixtures.txt) on the
+#                                running broker: one JVM for the whole file
+#   scripts/rocketmq.sh pids     print "name pid" of each running JVM
+#                                (namesrv, broker, proxy)
 #
 # Settings (environment):
 #   RMQ_VERSION      RocketMQ version (default 5.5.0; see docs/broker-semantics.md
@@ -248,6 +253,24 @@ fixtures() {
   log "fixtures created"
 }
 
+# apply creates the topics and groups of an arbitrary fixtures file.
+apply() {
+  local file=${1:?usage: scripts/rocketmq.sh apply FILE}
+  [ -f "$file" ] || die "no such fixtures file: $file"
+  status >/dev/null || die "the broker is not running (scripts/rocketmq.sh up)"
+  java -Xmx256m -Duser.home="$run/home" -Drocketmq.home.dir="$run/home" \
+    -cp "$(cat "$cpfile")" "$here/rocketmq/Fixtures.java" "$namesrv_addr" "$cluster" "$file" \
+    >"$run/apply.out" 2>&1 || { cat "$run/apply.out" >&2; die "applying $file failed"; }
+}
+
+pids() {
+  local name
+  for name in namesrv broker proxy; do
+    pid_alive "$name" && echo "$name $(cat "$run/$name.pid")"
+  done
+  return 0
+}
+
 down() {
   local name
   for name in proxy broker namesrv; do
@@ -282,5 +305,7 @@ case "${1:-}" in
   status) status ;;
   logs) logs ;;
   env) echo "RMQFLOW_ENDPOINT=$endpoint" ;;
-  *) sed -n '2,29p' "$0"; exit 2 ;;
+  apply) apply "${2:-}" ;;
+  pids) pids ;;
+  *) sed -n '2,34p' "$0"; exit 2 ;;
 esac
