@@ -1,5 +1,5 @@
 # rmqflow: `make test` is the one command that runs all tests.
-.PHONY: test unit fuzz crash bench rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
+.PHONY: test unit fuzz crash bench bench-quick rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
 
 # Every test, against a real RocketMQ that this starts (and stops) itself.
 test:
@@ -45,11 +45,17 @@ fuzz:
 		fi; \
 	done
 
-# The benchmark harness on a real broker it starts: rmqflow against the raw
-# ceiling, the official Go client and the official Java client, ratios
-# printed (rmqflow bench), then the RSS with 10,000 messages in flight.
+# The benchmark harness (bench/harness) on a real broker it starts: every
+# peer at its strongest, every scenario, repetitions in a random order, the
+# broker's CPU per window; it writes docs/benchmarks.md and its charts. Takes
+# about two hours; `make bench-quick` is a 2-minute smoke run (report in
+# .cache/bench/). BENCHFLAGS passes more harness flags (go run ./harness -help).
+BENCHFLAGS ?=
 bench:
-	scripts/with-broker.sh sh -c 'go run ./cmd/rmqflow bench -endpoint "$$RMQFLOW_ENDPOINT" -report .cache/bench/report.md -chart .cache/bench/benchmarks.svg && cd bench && RMQFLOW_BENCH=1 go test -count=1 -run TestRSS10kInFlight -v ./... | grep -v "^=== "'
+	scripts/with-broker.sh sh -c 'cd bench && go run ./harness -endpoint "$$RMQFLOW_ENDPOINT" -report ../docs/benchmarks.md $(BENCHFLAGS)'
+
+bench-quick:
+	scripts/with-broker.sh sh -c 'cd bench && go run ./harness -endpoint "$$RMQFLOW_ENDPOINT" -quick $(BENCHFLAGS)'
 
 # Start (idempotent) / stop the real broker by hand; `up` prints the endpoint.
 rocketmq-up:

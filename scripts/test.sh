@@ -27,6 +27,7 @@ go test -race -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep -v '^===
 # the official client's dependencies stay out of rmqflow's go.mod.
 echo "== go test (rmqfake/officialclient_test)"
 (cd rmqfake/officialclient_test && go test -race -count=1 ./...)
-# The bench module's harness skips itself unless RMQFLOW_BENCH=1 (make bench);
-# here it only has to build and vet.
-(cd bench && go test -count=1 -run XXX ./...)
+# The bench module: the harness's own unit tests (statistics, report, plan)
+# run; the peer tests need RMQFLOW_BENCH=1 (make bench), so the rest is only
+# built and vetted here.
+(cd bench && go test -count=1 ./harness/ && go test -count=1 -run XXX ./...)

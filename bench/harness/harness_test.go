@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMedianAndSpread(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	s := spreadOf([]float64{10, 30, 20})
+	if s.Median != 20 || s.Min != 10 || s.Max != 30 || s.N != 3 {
+		t.Errorf("spreadOf = %+v", s)
+	}
+	if got := spreadStr(s, 0); got != "20 (10–30)" {
+		t.Errorf("spreadStr = %q", got)
+	}
+	if got := num(1234567.891, 1); got != "1,234,567.9" {
+		t.Errorf("num = %q", got)
+	}
+	if got := num(math.NaN(), 1); got != "–" {
+		t.Errorf("num(NaN) = %q", got)
+	}
+}
+
+// The broker's CPU over a window is cut out of the samples by linear
+// interpolation at both ends.
+func TestCPUBetweenInterpolates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := &cpuSampler{samples: []cpuSample{{t0, 10}, {t0.Add(time.Second), 11}, {t0.Add(2 * time.Second), 13}}}
+	got := c.between(t0.Add(500*time.Millisecond), t0.Add(1500*time.Millisecond))
+	if math.Abs(got-1.5) > 1e-9 { // 10.5 → 12.0
+		t.Errorf("between = %v, want 1.5", got)
+	}
+	if got := c.between(t0.Add(-time.Hour), t0.Add(time.Hour)); got != 3 {
+		t.Errorf("between outside the samples = %v, want the whole 3", got)
+	}
+}
+
+func TestProcCPUReadsThisProcess(t *testing.T) {
+	v, err := procCPU(1, clockTicks())
+	if err != nil {
+		t.Skip("no /proc here:", err) // not Linux: the harness needs Linux for broker CPU
+	}
+	if v < 0 {
+		t.Errorf("procCPU = %v", v)
+	}
+}
+
+func fakeRun(scenario, name, mode string, conc int, msgs int, secs float64) *run {
+	p, ok := findPeer(name)
+	if !ok {
+		panic(name)
+	}
+	return &run{Scenario: scenario, Peer: p, Mode: mode, Concurrency: conc,
+		Result: result{Messages: msgs, Seconds: secs, CPUSeconds: -1, ReceiveRPCs: -1, AckRPCs: -1, EmptyReceives: -1}, Broker: -1}
+}
+
+// The targets table compares medians, and says "no" when a target is
+// missed.
+func TestTargetsTable(t *testing.T) {
+	b := &bench{cfg: config{concurrency: 4, scenarios: []string{scDrain}, peers: allPeers}}
+	for _, rate := range []int{1000, 1100, 900} { // raw median 1000
+		b.runs = append(b.runs, fakeRun(scDrain, "raw/raw", "lite", 4, rate, 1))
+	}
+	b.runs = append(b.runs,
+		fakeRun(scDrain, "rmqflow/loop", "lite", 4, 950, 1),   // 0.95× raw: met
+		fakeRun(scDrain, "rmqflow/runner", "lite", 4, 700, 1), // 0.74× loop: missed
+		fakeRun(scDrain, "official/lite-push", "lite", 4, 500, 1),
+		fakeRun(scDrain, "java/lite-push", "lite", 4, 400, 1))
+	failed := fakeRun(scDrain, "official/lite-push", "lite", 4, 5000, 1)
+	failed.Result.Error = "boom" // a failed run never counts
+	b.runs = append(b.runs, failed)
+	var w bytes.Buffer
+	b.targetsTable(&w)
+	out := w.String()
+	for _, want := range []string{
+		"| rmqflow Source + AckAsync ≥ 0.9× raw | lite | 0.95× | yes |",
+		"| Runner ≥ 0.8× Source + AckAsync | lite | 0.74× | **no** |",
+		"| rmqflow ≥ 1.5× the strongest official Go (`official/lite-push`) | lite | 1.90× | yes |",
+		"| rmqflow ahead of the strongest Java (`java/lite-push`) | lite | 2.38× | yes |",
+		"| Runner + throttle ≥ 0.8× Source + AckAsync | lite | not measured | – |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("targets table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDrainTableShowsSpreadAndUnobservable(t *testing.T) {
+	b := &bench{cfg: config{concurrency: 4, scenarios: []string{scDrain}, peers: allPeers}}
+	b.runs = append(b.runs, fakeRun(scDrain, "raw/raw", "normal", 4, 1000, 1), fakeRun(scDrain, "raw/raw", "normal", 4, 3000, 1),
+		fakeRun(scDrain, "official/push", "normal", 4, 500, 1))
+	var w bytes.Buffer
+	b.drainTable(&w, scDrain, "normal", 4, "t")
+	out := w.String()
+	if !strings.Contains(out, "| `raw/raw` | 2,000 (1,000–3,000) | 1.00× | – | – | – | – | – |") {
+		t.Errorf("raw row wrong:\n%s", out)
+	}
+	if !strings.Contains(out, "| `official/push` | 500 | 0.25× |") {
+		t.Errorf("official/push row wrong:\n%s", out)
+	}
+	if !strings.Contains(out, "| `java/simple` | failed (see below)") {
+		t.Errorf("a peer without a successful run must say so:\n%s", out)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	var errs bytes.Buffer
+	c, err := parseConfig([]string{"-emulator", "-quick", "-peers", "rmqflow/runner,raw"}, &errs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.reps != 1 || c.window != 3*time.Second || len(c.scenarios) != 1 || c.scenarios[0] != scDrain {
+		t.Errorf("-quick did not set the smoke defaults: %+v", c)
+	}
+	if len(c.peers) != 2 || c.peers[0].Name() != "rmqflow/runner" || c.peers[1].Name() != "raw/raw" {
+		t.Errorf("peers = %v", c.peers)
+	}
+	if _, err := parseConfig([]string{"-emulator", "-peers", "nope"}, &errs); err == nil || !strings.Contains(err.Error(), "unknown \"nope\"") {
+		t.Errorf("unknown peer: %v", err)
+	}
+	if _, err := parseConfig([]string{"-emulator", "-scenarios", "drain,bogus"}, &errs); err == nil {
+		t.Error("unknown scenario accepted")
+	}
+	if _, err := parseConfig(nil, &errs); err == nil && c.endpoint == "" {
+		t.Log("RMQFLOW_ENDPOINT set in the environment")
+	}
+}
+
+// The hot shape gives the hot lite topic 10× the rate of each cold one.
+func TestPacedLiteTopicHotShape(t *testing.T) {
+	k, n := 100, 10900
+	counts := map[string]int{}
+	cold := 0
+	for i := 0; i < n; i++ {
+		counts[pacedLiteTopic("hot", "r", i, k, &cold)]++
+	}
+	if len(counts) != 100 || counts["r-hot"] != 1000 || counts["r-0"] != 100 || counts["r-98"] != 100 {
+		t.Errorf("%d topics, hot %d, r-0 %d, r-98 %d", len(counts), counts["r-hot"], counts["r-0"], counts["r-98"])
+	}
+	counts = map[string]int{}
+	for i := 0; i < 990; i++ {
+		counts[pacedLiteTopic("cold", "r", i, k, &cold)]++
+	}
+	if len(counts) != 99 || counts["r-hot"] != 0 || counts["r-5"] != 10 {
+		t.Errorf("cold shape: %d topics, %v", len(counts), counts["r-5"])
+	}
+}

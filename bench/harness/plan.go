@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// peer is one benchmark peer program and one of its variants (bench/README.md).
+type peer struct {
+	Program string   // rmqflow, raw, official, java
+	Variant string   // the program's --variant
+	Modes   []string // the modes it can read
+	Label   string   // the row label in the report
+}
+
+func (p peer) Name() string { return p.Program + "/" + p.Variant }
+
+func (p peer) supports(mode string) bool { return slices.Contains(p.Modes, mode) }
+
+var (
+	both   = []string{"lite", "normal"}
+	lite   = []string{"lite"}
+	normal = []string{"normal"}
+)
+
+// allPeers is every peer the harness knows, in report order.
+var allPeers = []peer{
+	{"rmqflow", "loop", both, "rmqflow Source + AckAsync"},
+	{"rmqflow", "runner", both, "rmqflow Runner"},
+	{"rmqflow", "runner-throttle", lite, "rmqflow Runner + fair-share throttle"},
+	{"raw", "raw", both, "raw protocol loop (ceiling)"},
+	{"official", "simple", normal, "official Go SimpleConsumer, parallel acks"},
+	{"official", "simple-plain", normal, "official Go SimpleConsumer, example loop"},
+	{"official", "push", normal, "official Go PushConsumer"},
+	{"official", "lite-push", lite, "official Go LitePushConsumer"},
+	{"java", "simple", normal, "official Java SimpleConsumer, async"},
+	{"java", "push", normal, "official Java PushConsumer"},
+	{"java", "lite-push", lite, "official Java LitePushConsumer"},
+}
+
+func findPeer(name string) (peer, bool) {
+	for _, p := range allPeers {
+		if p.Name() == name || p.Program == name && !strings.Contains(name, "/") && p.Variant == defaultVariant(p.Program) {
+			return p, true
+		}
+	}
+	return peer{}, false
+}
+
+func defaultVariant(program string) string {
+	switch program {
+	case "rmqflow":
+		return "loop"
+	case "raw":
+		return "raw"
+	default:
+		return "simple"
+	}
+}
+
+// Scenarios (issue 9 §4).
+const (
+	scDrain   = "drain"   // (a) drain a backlog at the default concurrency
+	scSweep   = "sweep"   // (a) the same at concurrency 1, 4, 16, 64
+	scOpen    = "open"    // (b) open-loop offered load at 50% and 90% of capacity
+	scHot     = "hot"     // (c) one hot lite topic at 10× the rate of 99 cold ones
+	scTopics  = "topics"  // (d) 100 / 10,000 / 100,000 lite topics
+	scHandler = "handler" // (e) a 5 ms handler
+	scRenewal = "renewal" // (f) messages held longer than the invisible duration
+	scEmu     = "emulator"
+)
+
+var allScenarios = []string{scDrain, scSweep, scOpen, scHot, scTopics, scHandler, scRenewal, scEmu}
+
+// run is one peer run: one child process on a topic and group of its own.
+type run struct {
+	Scenario     string
+	Peer         peer
+	Mode         string
+	Concurrency  int
+	Rep          int
+	LiteTopics   int
+	Messages     int // the peer stops at this many distinct acks
+	Warmup       int // untimed acks before the window
+	Window       time.Duration
+	HandlerDelay time.Duration
+	Invisible    time.Duration
+	Offered      float64  // open loop: messages/s offered; 0 = drain a backlog
+	Shape        string   // open loop: "even" or "hot" (hot tenant) or "cold" (the hot shape without the hot topic)
+	Backlog      *backlog // drain: the backlog it reads (shared by the runs of a batch)
+
+	ID, Topic, Group string // unique per run
+
+	Result  result
+	Broker  float64 // broker+proxy CPU seconds over the window (-1: not measured)
+	LogPath string
+}
+
+// Key names the cell of the report the run counts in (reps aggregate).
+func (r *run) Key() string {
+	return fmt.Sprintf("%s|%s|%s|c%d|k%d|o%.0f|%s|h%s", r.Scenario, r.Peer.Name(), r.Mode, r.Concurrency, r.LiteTopics, r.Offered, r.Shape, r.HandlerDelay)
+}
+
+// backlog is a pre-produced backlog that one or more drain runs read, each on
+// its own consumer group (on the real broker every group reads a whole
+// topic; lite groups bind the main topic).
+type backlog struct {
+	Topic      string
+	Mode       string
+	RunID      string
+	Messages   int
+	LiteTopics int
+	Produced   bool
+}
+
+// shuffled returns the peers in a random order (interleaving reps).
+func shuffled(rng *rand.Rand, ps []peer) []peer {
+	out := slices.Clone(ps)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}

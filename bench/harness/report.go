@@ -1,0 +1,419 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// num formats x with thousands separators and prec decimals; "–" for NaN.
+func num(x float64, prec int) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "–"
+	}
+	s := fmt.Sprintf("%.*f", prec, math.Abs(x))
+	intPart, frac, _ := strings.Cut(s, ".")
+	var b strings.Builder
+	if x < 0 {
+		b.WriteByte('-')
+	}
+	for i, c := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if frac != "" {
+		b.WriteByte('.')
+		b.WriteString(frac)
+	}
+	return b.String()
+}
+
+// spreadStr is "median (min–max)", or just the median for one run.
+func spreadStr(s spread, prec int) string {
+	if s.N == 0 {
+		return "–"
+	}
+	if s.N == 1 || s.Min == s.Max {
+		return num(s.Median, prec)
+	}
+	return fmt.Sprintf("%s (%s–%s)", num(s.Median, prec), num(s.Min, prec), num(s.Max, prec))
+}
+
+func rate(r *run) float64 { return r.Result.rate() }
+
+// strongest is the peer cell of program in scenario/mode/conc with the
+// highest median rate.
+func (b *bench) strongest(program, scenario, mode string, conc int) (peer, spread) {
+	var best peer
+	var bs spread
+	for _, p := range allPeers {
+		if p.Program != program {
+			continue
+		}
+		s := b.cellOf(scenario, p, mode, conc).of(rate)
+		if s.N > 0 && s.Median > bs.Median {
+			best, bs = p, s
+		}
+	}
+	return best, bs
+}
+
+func (b *bench) cellOf(scenario string, p peer, mode string, conc int) cell {
+	var c cell
+	for _, r := range b.runs {
+		if r.Result.Error == "" && r.Scenario == scenario && r.Peer.Name() == p.Name() && r.Mode == mode && r.Concurrency == conc {
+			c.runs = append(c.runs, r)
+		}
+	}
+	return c
+}
+
+func (b *bench) writeReport() error {
+	var w bytes.Buffer
+	b.reportTo(&w)
+	path := b.cfg.report
+	if path == "" {
+		path = filepath.Join(b.cfg.out, "benchmarks.md")
+	}
+	if err := os.WriteFile(path, w.Bytes(), 0o644); err != nil {
+		return err
+	}
+	base := strings.TrimSuffix(path, filepath.Ext(path))
+	for _, mode := range []string{"lite", "normal"} {
+		if err := b.writeDrainChart(base+"-"+mode+".svg", mode); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(b.log, "harness: report written to %s\n", path)
+	return nil
+}
+
+func (b *bench) reportTo(w io.Writer) {
+	c := b.cfg
+	host, _ := os.Hostname()
+	where := "an in-process rmqfake"
+	if !c.emulator {
+		where = "a real RocketMQ 5.5.0 started by scripts/rocketmq.sh on the same machine (name server, broker and proxy: three JVMs)"
+	}
+	fmt.Fprintf(w, "# Benchmarks\n\n")
+	fmt.Fprintf(w, "Written by `make bench` (bench/harness) on %s, %s; every number below is one the harness printed in that run.\n\n",
+		b.started.UTC().Format("2006-01-02 15:04 UTC"), time.Since(b.started).Round(time.Minute))
+	fmt.Fprintf(w, "- Machine: %s/%s, %d CPUs, host %s, %s; peers and broker share it.\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), host, runtime.Version())
+	fmt.Fprintf(w, "- Target: %s.\n", where)
+	fmt.Fprintf(w, "- Command: `go run ./harness %s` (in bench/), seed %d.\n", strings.Join(os.Args[1:], " "), c.seed)
+	fmt.Fprintf(w, "- Workload: %s-byte bodies; lite backlogs spread over %d lite topics of one LITE main topic (a wildcard group per peer); normal backlogs on a topic with 8 queues.\n", num(float64(c.size), 0), c.liteTopics)
+	fmt.Fprintf(w, "- Hygiene: every peer run has a topic and a group of its own (created for this run); a peer that sees a message not of its run fails. Peers of a drain batch read one backlog, each on its own group, in a random order; batches repeat (drain: %d times). Each run is timed after an untimed warm-up (%s acks; Java peers %s, for the JIT) over a window that ends after %s or %s messages, whichever comes first. Cells give the median and (min–max) over the repetitions.\n",
+		c.reps, num(float64(c.warmup), 0), num(float64(c.javaWarmup), 0), c.window, num(float64(c.windowMsgs), 0))
+	fmt.Fprintf(w, "- CPU: *client* is the peer process's user+system CPU over its window; *broker* is the three JVMs' CPU (from /proc/<pid>/stat, sampled every 100 ms) over the same window. Both per message acked.\n")
+	fmt.Fprintf(w, "- Peer stderr and each run's exact command line are kept in the run's log directory; results.jsonl holds every run.\n\n")
+
+	fmt.Fprintf(w, "Peers (bench/README.md says how each is configured and why that is its strongest setting):\n\n")
+	for _, p := range c.peers {
+		fmt.Fprintf(w, "- `%s`: %s (%s)\n", p.Name(), p.Label, strings.Join(p.Modes, ", "))
+	}
+	fmt.Fprintln(w)
+
+	b.targetsTable(w)
+	if b.has(scDrain) {
+		for _, mode := range []string{"lite", "normal"} {
+			b.drainTable(w, scDrain, mode, c.concurrency, fmt.Sprintf("(a) Drain a backlog: %s, concurrency %d", mode, c.concurrency))
+		}
+		fmt.Fprintf(w, "![drain, lite](benchmarks-lite.svg) ![drain, normal](benchmarks-normal.svg)\n\n")
+	}
+	if b.has(scSweep) {
+		b.sweepTable(w)
+	}
+	if b.has(scOpen) {
+		b.openTable(w)
+	}
+	if b.has(scHot) {
+		b.hotTable(w)
+	}
+	if b.has(scTopics) {
+		b.topicsTable(w)
+	}
+	if b.has(scHandler) {
+		for _, mode := range []string{"lite", "normal"} {
+			b.drainTable(w, scHandler, mode, 16, fmt.Sprintf("(e) A 5 ms handler: %s, concurrency 16", mode))
+		}
+	}
+	if b.has(scRenewal) {
+		b.renewalTable(w)
+	}
+	if b.has(scEmu) {
+		fmt.Fprintf(w, "## (g) The emulator alone, and memory\n\nIn-process Go benchmarks (client and rmqfake in one process), `-count %d`:\n\n```\n%s\n```\n\n",
+			c.goBenchCount, strings.Join(b.goBench, "\n"))
+		fmt.Fprintf(w, "`TestRSS10kInFlight` (bench module): a process holding 10,000 received 1-KiB messages unacked:\n\n```\n%s\n```\n\n", strings.Join(b.rss, "\n"))
+	}
+	if n := b.failures(); n > 0 {
+		fmt.Fprintf(w, "## Failed runs\n\n")
+		for _, r := range b.runs {
+			if r.Result.Error != "" {
+				fmt.Fprintf(w, "- %s %s %s c=%d: %s (log `%s`)\n", r.Scenario, r.Peer.Name(), r.Mode, r.Concurrency, r.Result.Error, filepath.Base(r.LogPath))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func (b *bench) drainTable(w io.Writer, scenario, mode string, conc int, title string) {
+	fmt.Fprintf(w, "## %s\n\n", title)
+	fmt.Fprintln(w, "| peer | msgs/s | vs raw | client CPU µs/msg | broker CPU µs/msg | receive RPC/msg | ack RPC/msg | empty receives | p50 / p99 ms | e2e p50 / p99 ms | peak RSS MB | start-up s | runs |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	rawRate := 0.0
+	rawPeer, _ := findPeer("raw/raw")
+	if s := b.cellOf(scenario, rawPeer, mode, conc).of(rate); s.N > 0 {
+		rawRate = s.Median
+	}
+	for _, p := range b.cfg.peers {
+		if !p.supports(mode) {
+			continue
+		}
+		c := b.cellOf(scenario, p, mode, conc)
+		if len(c.runs) == 0 {
+			fmt.Fprintf(w, "| `%s` | failed (see below) ||||||||||||\n", p.Name())
+			continue
+		}
+		rs := c.of(rate)
+		vs := "–"
+		if rawRate > 0 {
+			vs = num(rs.Median/rawRate, 2) + "×"
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s | %s | %s | %d |\n", p.Name(), spreadStr(rs, 0), vs,
+			spreadStr(c.of(func(r *run) float64 { return perMsgOrNaN(r, r.Result.CPUSeconds) * 1e6 }), 1),
+			spreadStr(c.of(func(r *run) float64 { return perMsgOrNaN(r, r.Broker) * 1e6 }), 1),
+			spreadStr(c.of(func(r *run) float64 { return perMsgOrNaN(r, float64(r.Result.ReceiveRPCs)) }), 3),
+			spreadStr(c.of(func(r *run) float64 { return perMsgOrNaN(r, float64(r.Result.AckRPCs)) }), 3),
+			spreadStr(c.of(func(r *run) float64 { return orNaN(float64(r.Result.EmptyReceives)) }), 0),
+			num(c.of(func(r *run) float64 { return r.Result.P50ms }).Median, 1), num(c.of(func(r *run) float64 { return r.Result.P99ms }).Median, 1),
+			num(c.of(func(r *run) float64 { return r.Result.E2EP50ms }).Median, 1), num(c.of(func(r *run) float64 { return r.Result.E2EP99ms }).Median, 1),
+			num(c.of(func(r *run) float64 { return float64(r.Result.RSSBytes) / (1 << 20) }).Median, 0),
+			num(c.of(func(r *run) float64 { return r.Result.Startup }).Median, 1), len(c.runs))
+	}
+	fmt.Fprintln(w)
+}
+
+func orNaN(x float64) float64 {
+	if x < 0 {
+		return nan()
+	}
+	return x
+}
+
+func (b *bench) sweepTable(w io.Writer) {
+	fmt.Fprintf(w, "## (a) Concurrency sweep (msgs/s, median over %d run(s), window %s)\n\n", b.cfg.sweepReps, b.cfg.window/3)
+	for _, mode := range []string{"lite", "normal"} {
+		fmt.Fprintf(w, "%s:\n\n| peer |", mode)
+		for _, c := range b.cfg.sweep {
+			fmt.Fprintf(w, " c=%d |", c)
+		}
+		fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---:|", len(b.cfg.sweep)))
+		for _, p := range b.cfg.peers {
+			if !p.supports(mode) {
+				continue
+			}
+			fmt.Fprintf(w, "| `%s` |", p.Name())
+			for _, c := range b.cfg.sweep {
+				fmt.Fprintf(w, " %s |", spreadStr(b.cellOf(scSweep, p, mode, c).of(rate), 0))
+			}
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func (b *bench) openTable(w io.Writer) {
+	fmt.Fprintf(w, "## (b) Open loop: offered load at 50%% and 90%% of each peer's own drained rate\n\n")
+	fmt.Fprint(w, "The producer offers messages at a fixed rate whatever the consumer does (after one probe message has reached the peer). Latency is produce (born timestamp) → ack returned.\n\n")
+	fmt.Fprintln(w, "| peer | mode | offered msgs/s | acked msgs/s | e2e p50 ms | e2e p99 ms | client CPU µs/msg | broker CPU µs/msg |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range b.runs {
+		if r.Scenario != scOpen {
+			continue
+		}
+		if r.Result.Error != "" {
+			fmt.Fprintf(w, "| `%s` | %s | %s | failed |||||\n", r.Peer.Name(), r.Mode, num(r.Offered, 0))
+			continue
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.Peer.Name(), r.Mode, num(r.Offered, 0), num(rate(r), 0),
+			num(r.Result.E2EP50ms, 1), num(r.Result.E2EP99ms, 1), num(perMsgOrNaN(r, r.Result.CPUSeconds)*1e6, 1), num(perMsgOrNaN(r, r.Broker)*1e6, 1))
+	}
+	fmt.Fprintln(w)
+}
+
+func (b *bench) hotTable(w io.Writer) {
+	fmt.Fprintf(w, "## (c) Hot tenant\n\n")
+	fmt.Fprint(w, "99 cold lite topics at 30 msgs/s each; *hot* adds one lite topic at 300 msgs/s (10× a cold one, and more than the 200 msgs/s one lite topic can do with a 5 ms handler one message at a time); the Runner has 32 workers and a 5 ms handler. Latency is produce → ack.\n\n")
+	fmt.Fprintln(w, "| peer | load | acked msgs/s | cold e2e p99 ms | hot e2e p99 ms | cold p99 vs no-hot run |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	for _, r := range b.runs {
+		if r.Scenario != scHot {
+			continue
+		}
+		if r.Result.Error != "" {
+			fmt.Fprintf(w, "| `%s` | %s | failed |||\n", r.Peer.Name(), r.Shape)
+			continue
+		}
+		vs := "–"
+		if r.Shape == "hot" {
+			if base := b.hotBase(r.Peer); base > 0 {
+				vs = num(r.Result.ColdE2EP99ms/base, 2) + "×"
+			}
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s |\n", r.Peer.Name(), r.Shape, num(rate(r), 0), num(r.Result.ColdE2EP99ms, 1), num(r.Result.HotE2EP99ms, 1), vs)
+	}
+	fmt.Fprintln(w)
+}
+
+// hotBase is the cold p99 of p's run without the hot topic.
+func (b *bench) hotBase(p peer) float64 {
+	for _, r := range b.runs {
+		if r.Scenario == scHot && r.Peer.Name() == p.Name() && r.Shape == "cold" && r.Result.Error == "" {
+			return r.Result.ColdE2EP99ms
+		}
+	}
+	return 0
+}
+
+func (b *bench) topicsTable(w io.Writer) {
+	fmt.Fprintf(w, "## (d) Lite-topic count\n\n| peer | lite topics | msgs/s | peak RSS MB | start-up s (to the first message) | client CPU µs/msg | broker CPU µs/msg |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range b.runs {
+		if r.Scenario != scTopics {
+			continue
+		}
+		if r.Result.Error != "" {
+			fmt.Fprintf(w, "| `%s` | %s | failed |||||\n", r.Peer.Name(), num(float64(r.LiteTopics), 0))
+			continue
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s |\n", r.Peer.Name(), num(float64(r.LiteTopics), 0), num(rate(r), 0),
+			num(float64(r.Result.RSSBytes)/(1<<20), 0), num(r.Result.Startup, 1), num(perMsgOrNaN(r, r.Result.CPUSeconds)*1e6, 1), num(perMsgOrNaN(r, r.Broker)*1e6, 1))
+	}
+	fmt.Fprintln(w)
+}
+
+func (b *bench) renewalTable(w io.Writer) {
+	fmt.Fprintf(w, "## (f) Renewal: messages held longer than the invisible duration\n\n")
+	fmt.Fprint(w, "Invisible duration 10 s, a 400 ms handler, concurrency 4, up to 32 messages per receive: a message can wait 12.8 s for its turn. A peer that does not renew sees its messages come back (*redelivered*) and its late acks fail.\n\n")
+	fmt.Fprintln(w, "| peer | mode | msgs acked in window | msgs/s | redelivered | result |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|")
+	for _, r := range b.runs {
+		if r.Scenario != scRenewal {
+			continue
+		}
+		res := "ok"
+		if r.Result.Error != "" {
+			res = "failed: " + r.Result.Error
+		}
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s |\n", r.Peer.Name(), r.Mode, num(float64(r.Result.Messages), 0), num(rate(r), 1), num(float64(r.Result.Redelivered), 0), res)
+	}
+	fmt.Fprintln(w)
+}
+
+// targetsTable checks issue 9's real-broker targets against the medians.
+func (b *bench) targetsTable(w io.Writer) {
+	if !b.has(scDrain) {
+		return
+	}
+	c := b.cfg.concurrency
+	fmt.Fprintf(w, "## Targets (medians of the drain runs, concurrency %d)\n\n| target | mode | measured | met |\n|---|---|---:|---|\n", c)
+	row := func(name, mode string, v, want float64) {
+		if v <= 0 || math.IsNaN(v) {
+			fmt.Fprintf(w, "| %s | %s | not measured | – |\n", name, mode)
+			return
+		}
+		met := "yes"
+		if v < want {
+			met = "**no**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s× | %s |\n", name, mode, num(v, 2), met)
+	}
+	med := func(name, mode string) float64 {
+		p, ok := findPeer(name)
+		if !ok {
+			return 0
+		}
+		return b.cellOf(scDrain, p, mode, c).of(rate).Median
+	}
+	for _, mode := range []string{"lite", "normal"} {
+		loop, raw := med("rmqflow/loop", mode), med("raw/raw", mode)
+		row("rmqflow Source + AckAsync ≥ 0.9× raw", mode, safeDiv(loop, raw), 0.9)
+		row("Runner ≥ 0.8× Source + AckAsync", mode, safeDiv(med("rmqflow/runner", mode), loop), 0.8)
+		if mode == "lite" {
+			row("Runner + throttle ≥ 0.8× Source + AckAsync", mode, safeDiv(med("rmqflow/runner-throttle", mode), loop), 0.8)
+		}
+		best := max(loop, med("rmqflow/runner", mode))
+		if p, s := b.strongest("official", scDrain, mode, c); s.N > 0 {
+			row(fmt.Sprintf("rmqflow ≥ 1.5× the strongest official Go (`%s`)", p.Name()), mode, safeDiv(best, s.Median), 1.5)
+		}
+		if p, s := b.strongest("java", scDrain, mode, c); s.N > 0 {
+			row(fmt.Sprintf("rmqflow ahead of the strongest Java (`%s`)", p.Name()), mode, safeDiv(best, s.Median), 1.0)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+func safeDiv(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// writeDrainChart draws the drain medians of mode as bars with min–max
+// whiskers.
+func (b *bench) writeDrainChart(path, mode string) error {
+	type bar struct {
+		label       string
+		med, lo, hi float64
+		color       string
+	}
+	var bars []bar
+	colors := map[string]string{"rmqflow": "#337ab7", "raw": "#5bc0de", "official": "#d9534f", "java": "#f0ad4e"}
+	for _, p := range b.cfg.peers {
+		if !p.supports(mode) {
+			continue
+		}
+		s := b.cellOf(scDrain, p, mode, b.cfg.concurrency).of(rate)
+		if s.N > 0 {
+			bars = append(bars, bar{p.Name(), s.Median, s.Min, s.Max, colors[p.Program]})
+		}
+	}
+	if len(bars) == 0 {
+		return nil
+	}
+	top := slices.MaxFunc(bars, func(a, b bar) int { return int(a.hi - b.hi) }).hi * 1.1
+	const rowH, left, width = 28, 230, 460
+	h := len(bars)*rowH + 50
+	var s bytes.Buffer
+	fmt.Fprintf(&s, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+90, h)
+	fmt.Fprintf(&s, `<text x="10" y="18" font-size="14">Drain, %s: msgs/s acked (median, min–max whiskers)</text>`+"\n", mode)
+	for i, br := range bars {
+		y := 30 + i*rowH
+		wpx := func(v float64) float64 { return v / top * width }
+		fmt.Fprintf(&s, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", left-6, y+16, br.label)
+		fmt.Fprintf(&s, `<rect x="%d" y="%d" width="%.1f" height="20" fill="%s"/>`+"\n", left, y+2, wpx(br.med), br.color)
+		fmt.Fprintf(&s, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#333"/>`+"\n", left+wpx(br.lo), left+wpx(br.hi), y+12, y+12)
+		fmt.Fprintf(&s, `<text x="%.1f" y="%d">%s</text>`+"\n", left+wpx(br.hi)+6, y+16, num(br.med, 0))
+	}
+	s.WriteString("</svg>\n")
+	return os.WriteFile(path, s.Bytes(), 0o644)
+}
+
+// printSummary prints the drain medians and the targets to stdout.
+func printSummary(w io.Writer, b *bench) {
+	b.targetsTable(w)
+	if b.has(scDrain) {
+		for _, mode := range []string{"lite", "normal"} {
+			b.drainTable(w, scDrain, mode, b.cfg.concurrency, "drain "+mode)
+		}
+	}
+}

@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// step is one unit of the plan: a drain batch (several peers reading one
+// backlog, each on its own group) or one open-loop run.
+type step struct {
+	runs    []*run
+	backlog *backlog // drain
+	// open loop: the run's offered load is fixed when the step starts, from
+	// the drained capacity measured before it (fraction of it) or a rate.
+	fraction float64
+}
+
+func (b *bench) runAll(ctx context.Context) error {
+	steps := b.plan()
+	if err := b.createFixtures(steps); err != nil {
+		return err
+	}
+	total := 0
+	for _, s := range steps {
+		total += len(s.runs)
+	}
+	done := 0
+	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if s.backlog != nil {
+			if err := b.drainStep(ctx, s, &done, total); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := b.openStep(ctx, s, &done, total); err != nil {
+			return err
+		}
+	}
+	if b.has(scEmu) {
+		if err := b.goBenchmarks(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plan lays out every step; randomness only orders peers within a batch
+// (and batches of one kind), with the printed seed.
+func (b *bench) plan() []*step {
+	c := b.cfg
+	var steps []*step
+	drain := func(scenario, mode string, conc, rep, k int, peers []peer, window time.Duration, msgs int, delay, invisible time.Duration) {
+		if len(peers) == 0 {
+			return
+		}
+		id := b.newID()
+		bl := &backlog{Topic: id, Mode: mode, RunID: id, LiteTopics: k}
+		s := &step{backlog: bl}
+		warm := 0
+		for _, p := range shuffled(b.rng, peers) {
+			w := b.warmupFor(p)
+			if delay >= 100*time.Millisecond {
+				w = 0 // a slow handler: a warm-up would take minutes; the window is the point
+			}
+			warm = max(warm, w)
+			s.runs = append(s.runs, &run{Scenario: scenario, Peer: p, Mode: mode, Concurrency: conc, Rep: rep, LiteTopics: k,
+				Warmup: w, Window: window, HandlerDelay: delay, Invisible: invisible, Backlog: bl, ID: id, Topic: id,
+				Group: id + "-" + p.Program + "-" + p.Variant})
+		}
+		bl.Messages = warm + msgs + 1000
+		for _, r := range s.runs {
+			r.Messages = bl.Messages
+		}
+		steps = append(steps, s)
+	}
+	modes := []string{"lite", "normal"}
+	if b.has(scDrain) {
+		for rep := 1; rep <= c.reps; rep++ {
+			for _, mode := range shuffledStrings(b, modes) {
+				drain(scDrain, mode, c.concurrency, rep, c.liteTopics, b.peersFor(mode), c.window, c.windowMsgs, 0, 0)
+			}
+		}
+	}
+	if b.has(scSweep) {
+		for rep := 1; rep <= c.sweepReps; rep++ {
+			for _, conc := range c.sweep {
+				for _, mode := range modes {
+					drain(scSweep, mode, conc, rep, c.liteTopics, b.peersFor(mode), c.window/3, c.windowMsgs/3, 0, 0)
+				}
+			}
+		}
+	}
+	if b.has(scTopics) {
+		for _, k := range c.topicCounts {
+			drain(scTopics, "lite", c.concurrency, 1, k, b.peersFor("lite", "rmqflow/loop", "rmqflow/runner", "rmqflow/runner-throttle", "raw/raw"),
+				c.window, c.windowMsgs/2, 0, 0)
+		}
+	}
+	if b.has(scHandler) {
+		for _, mode := range modes {
+			drain(scHandler, mode, 16, 1, c.liteTopics, b.peersFor(mode), c.window*2/3, 16*200*int((c.window*2/3).Seconds()), 5*time.Millisecond, 0)
+		}
+	}
+	if b.has(scRenewal) {
+		// 400 ms per message, batches of 32 per receive: a message can wait
+		// 32 × 0.4 s = 12.8 s before its turn, past a 10 s invisibility.
+		for _, mode := range modes {
+			drain(scRenewal, mode, c.concurrency, 1, c.liteTopics, b.peersFor(mode), 45*time.Second, 1000, 400*time.Millisecond, 10*time.Second)
+		}
+	}
+	if b.has(scOpen) {
+		for _, frac := range []float64{0.5, 0.9} {
+			for _, mode := range modes {
+				for _, p := range shuffled(b.rng, b.peersFor(mode)) {
+					id := b.newID()
+					steps = append(steps, &step{fraction: frac, runs: []*run{{Scenario: scOpen, Peer: p, Mode: mode,
+						Concurrency: c.concurrency, Rep: 1, LiteTopics: c.liteTopics, Window: c.window, Shape: "even",
+						ID: id, Topic: id, Group: id + "-" + p.Program + "-" + p.Variant}}})
+				}
+			}
+		}
+	}
+	if b.has(scHot) {
+		// 99 cold lite topics at 30 msg/s each and one hot at 300 msg/s (the
+		// hot one is over the 200 msg/s one lite topic can do with a 5 ms
+		// handler, one message at a time), 32 workers: 3,270 msg/s offered
+		// of about 6,400 the workers can do; "cold" is the same load with
+		// no hot topic.
+		for _, shape := range []string{"cold", "hot"} {
+			for _, p := range b.peersFor("lite", "rmqflow/runner", "rmqflow/runner-throttle") {
+				id := b.newID()
+				rate := 99 * 30.0
+				if shape == "hot" {
+					rate += 300
+				}
+				steps = append(steps, &step{runs: []*run{{Scenario: scHot, Peer: p, Mode: "lite", Concurrency: 32, Rep: 1,
+					LiteTopics: 100, Window: c.window, Shape: shape, Offered: rate, HandlerDelay: 5 * time.Millisecond,
+					ID: id, Topic: id, Group: id + "-" + p.Program + "-" + p.Variant}}})
+			}
+		}
+	}
+	return steps
+}
+
+func shuffledStrings(b *bench, s []string) []string {
+	out := slices.Clone(s)
+	b.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// createFixtures makes every topic and group of the plan up front.
+func (b *bench) createFixtures(steps []*step) error {
+	var fs []fixture
+	for _, s := range steps {
+		f := fixture{Topic: s.runs[0].Topic, Lite: s.runs[0].Mode == "lite"}
+		for _, r := range s.runs {
+			f.Groups = append(f.Groups, r.Group)
+		}
+		fs = append(fs, f)
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	fmt.Fprintf(b.log, "harness: creating %d topics and their groups ...\n", len(fs))
+	return b.tgt.create(fs, b.cfg.out)
+}
+
+func (b *bench) drainStep(ctx context.Context, s *step, done *int, total int) error {
+	bl := s.backlog
+	if !bl.Produced {
+		r0 := s.runs[0]
+		fmt.Fprintf(b.log, "harness: [%s] producing %d × %d B (%s, %d lite topics) to %s ...\n",
+			r0.Scenario, bl.Messages, b.cfg.size, bl.Mode, bl.LiteTopics, bl.Topic)
+		rate, err := b.tgt.produceBacklog(ctx, bl.Topic, bl.Mode, bl.RunID, bl.Messages, bl.LiteTopics, b.cfg.size)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(b.log, "harness: produced at %.0f msg/s\n", rate)
+		bl.Produced = true
+	}
+	for _, r := range s.runs {
+		*done++
+		b.runOne(ctx, r, *done, total, nil)
+	}
+	return nil
+}
+
+func (b *bench) openStep(ctx context.Context, s *step, done *int, total int) error {
+	r := s.runs[0]
+	*done++
+	if s.fraction > 0 {
+		capacity := b.capacity(r.Peer, r.Mode, r.Concurrency)
+		if capacity <= 0 {
+			fmt.Fprintf(b.log, "harness: [%d/%d] %s %s: no drained rate to offer a fraction of (run drain first); skipped\n", *done, total, r.Scenario, r.Peer.Name())
+			return nil
+		}
+		r.Offered = s.fraction * capacity
+	}
+	warmS := 5.0
+	r.Warmup = int(r.Offered * warmS)
+	r.Messages = r.Warmup + int(r.Offered*r.Window.Seconds())
+	r.Window += 30 * time.Second // the peer ends at Messages; the window is a guard
+	b.runOne(ctx, r, *done, total, func(ready <-chan struct{}, exited <-chan struct{}) (func() string, error) {
+		// One probe message, so that the peer is ready (subscribed, first
+		// message seen) before the paced load starts.
+		if _, probe := b.tgt.producePaced(ctx, r.Topic, r.Mode, r.ID, 1, r.LiteTopics, b.cfg.size, 1000, probeShape(r.Shape)); <-probe != nil {
+			return nil, errors.New("the probe message could not be produced")
+		}
+		select {
+		case <-ready:
+		case <-exited:
+			return nil, errors.New("the peer exited before its first message")
+		case <-time.After(2 * time.Minute):
+			return nil, errors.New("the peer did not receive the probe message within 2 min")
+		}
+		p, errc := b.tgt.producePaced(ctx, r.Topic, r.Mode, r.ID, r.Messages-1, r.LiteTopics, b.cfg.size, r.Offered, r.Shape)
+		return func() string {
+			var msg string
+			select {
+			case err := <-errc:
+				if err != nil {
+					msg = err.Error()
+				}
+			case <-time.After(10 * time.Second):
+				msg = "the producer had not finished when the peer did"
+			}
+			return fmt.Sprintf("producer: %d sent, %d failed, worst lag behind schedule %s %s",
+				p.sent.Load(), p.failed.Load(), time.Duration(p.lateMax.Load()).Round(time.Millisecond), msg)
+		}, nil
+	})
+	return nil
+}
+
+// probeShape keeps the probe on a cold lite topic.
+func probeShape(shape string) string {
+	if shape == "hot" {
+		return "cold"
+	}
+	return shape
+}
+
+// capacity is the median drained rate of p in mode at concurrency conc.
+func (b *bench) capacity(p peer, mode string, conc int) float64 {
+	var rates []float64
+	for _, r := range b.runs {
+		if r.Scenario == scDrain && r.Peer.Name() == p.Name() && r.Mode == mode && r.Concurrency == conc && r.Result.Error == "" {
+			rates = append(rates, r.Result.rate())
+		}
+	}
+	if len(rates) == 0 {
+		return 0
+	}
+	return median(rates)
+}
+
+// loadFunc starts an open-loop load once the peer runs; the function it
+// returns, called after the peer exits, describes the producer's run.
+type loadFunc func(ready <-chan struct{}, exited <-chan struct{}) (func() string, error)
+
+func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc) {
+	r.LogPath = filepath.Join(b.cfg.out, "logs", fmt.Sprintf("%03d-%s-%s-%s-%s.log", n, r.Scenario, r.Peer.Program, r.Peer.Variant, r.Mode))
+	desc := fmt.Sprintf("[%d/%d] %s %s %s c=%d", n, total, r.Scenario, r.Peer.Name(), r.Mode, r.Concurrency)
+	if r.Offered > 0 {
+		desc += fmt.Sprintf(" offered %.0f/s (%s)", r.Offered, r.Shape)
+	}
+	fmt.Fprintf(b.log, "harness: %s ...\n", desc)
+	b.runs = append(b.runs, r)
+	r.Broker = -1
+	sp, err := startPeer(ctx, b.bins[r.Peer.Program], r, b.tgt.endpoint, b.cfg.peerTimeout)
+	if err != nil {
+		r.Result = result{Peer: r.Peer.Program, Variant: r.Peer.Variant, Mode: r.Mode, Error: err.Error()}
+		b.record(r)
+		return
+	}
+	var after func() string
+	if load != nil {
+		if after, err = load(sp.ready, sp.done); err != nil {
+			_ = sp.cmd.Process.Kill()
+		}
+	}
+	r.Result = sp.wait(r)
+	if err != nil && r.Result.Error == "" {
+		r.Result.Error = err.Error()
+	}
+	if after != nil {
+		note := after()
+		appendLog(r.LogPath, note)
+		if strings.Contains(note, "failed") && !strings.Contains(note, " 0 failed") && r.Result.Error == "" {
+			r.Result.Error = note
+		}
+	}
+	if b.tgt.cpu != nil && r.Result.WindowStartNs > 0 && r.Result.WindowEndNs > r.Result.WindowStartNs {
+		r.Broker = b.tgt.cpu.between(time.Unix(0, r.Result.WindowStartNs), time.Unix(0, r.Result.WindowEndNs))
+	}
+	b.record(r)
+	if r.Result.Error != "" {
+		fmt.Fprintf(b.log, "harness: %s FAILED: %s (log %s)\n", desc, r.Result.Error, r.LogPath)
+		return
+	}
+	fmt.Fprintf(b.log, "harness: %s: %.0f msg/s over %.1f s (%d msgs), client %.1f µs/msg, broker %.1f µs/msg\n", desc,
+		r.Result.rate(), r.Result.Seconds, r.Result.Messages, r.Result.perMsg(r.Result.CPUSeconds)*1e6, r.Result.perMsg(r.Broker)*1e6)
+}
+
+func appendLog(path, line string) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintln(f, line)
+}
+
+// goBenchmarks runs the in-process Go benchmarks of the emulator scenario
+// and keeps their result lines; then the RSS test of the bench module.
+func (b *bench) goBenchmarks(ctx context.Context) error {
+	count := fmt.Sprint(b.cfg.goBenchCount)
+	type gb struct{ dir, pkg, pattern string }
+	for _, g := range []gb{
+		{b.cfg.repo, "./rmqfake", "BenchmarkProduceReceiveAck"},
+		{b.cfg.repo, ".", "BenchmarkRunnerVsLoop"},
+	} {
+		fmt.Fprintf(b.log, "harness: [emulator] go test -bench %s %s ...\n", g.pattern, g.pkg)
+		cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^"+g.pattern+"$", "-count", count, g.pkg)
+		cmd.Dir = g.dir
+		out, err := cmd.CombinedOutput()
+		appendFile(filepath.Join(b.cfg.out, "logs", "gobench.log"), out)
+		if err != nil {
+			b.goBench = append(b.goBench, fmt.Sprintf("%s %s: FAILED: %v", g.pkg, g.pattern, err))
+			continue
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "Benchmark") {
+				b.goBench = append(b.goBench, line)
+			}
+		}
+	}
+	fmt.Fprintln(b.log, "harness: [memory] TestRSS10kInFlight ...")
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^TestRSS10kInFlight$", "-v", ".")
+	cmd.Dir = filepath.Join(b.cfg.repo, "bench")
+	cmd.Env = append(os.Environ(), "RMQFLOW_BENCH=1", "RMQFLOW_ENDPOINT="+b.tgt.endpoint)
+	out, err := cmd.CombinedOutput()
+	appendFile(filepath.Join(b.cfg.out, "logs", "rss.log"), out)
+	for _, line := range strings.Split(string(out), "\n") {
+		if t := strings.TrimSpace(line); strings.Contains(t, "RSS") || strings.HasPrefix(t, "---") {
+			b.rss = append(b.rss, t)
+		}
+	}
+	if err != nil {
+		b.rss = append(b.rss, "FAILED: "+err.Error())
+	}
+	return nil
+}
+
+func appendFile(path string, data []byte) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(data)
+}
