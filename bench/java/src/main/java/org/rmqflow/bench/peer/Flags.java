@@ -10,9 +10,19 @@ final class Flags {
     String topic = "";
     String group = "";
     String mode = "normal";
+    /** Empty until parsed: then the variant asked for, or the mode's strongest. */
+    String variant = "";
     String run = "";
     int messages;
+    int warmup;
+    Duration window = Duration.ZERO;
     int concurrency = 4;
+    int batch = 32;
+    Duration invisible = Duration.ofSeconds(60);
+    Duration await = Duration.ofSeconds(5);
+    Duration handlerDelay = Duration.ZERO;
+    /** The harness says how many lite topics the backlog spreads over; informational. */
+    int liteTopics;
     Duration timeout = Duration.ofMinutes(5);
     String timeoutText = "5m";
 
@@ -58,10 +68,18 @@ final class Flags {
                 case "topic": f.topic = value; break;
                 case "group": f.group = value; break;
                 case "mode": f.mode = value; break;
+                case "variant": f.variant = value; break;
                 case "run": f.run = value; break;
                 case "messages": f.messages = parseInt(name, value); break;
+                case "warmup": f.warmup = parseInt(name, value); break;
+                case "window": f.window = parseDuration(name, value); break;
                 case "concurrency": f.concurrency = parseInt(name, value); break;
-                case "timeout": f.timeout = parseDuration(value); f.timeoutText = value; break;
+                case "batch": f.batch = parseInt(name, value); break;
+                case "invisible": f.invisible = parseDuration(name, value); break;
+                case "await": f.await = parseDuration(name, value); break;
+                case "handler-delay": f.handlerDelay = parseDuration(name, value); break;
+                case "lite-topics": f.liteTopics = parseInt(name, value); break;
+                case "timeout": f.timeout = parseDuration(name, value); f.timeoutText = value; break;
                 default: throw new IllegalArgumentException("unknown flag --" + name);
             }
         }
@@ -71,8 +89,35 @@ final class Flags {
         if (!f.mode.equals("normal") && !f.mode.equals("lite")) {
             throw new IllegalArgumentException("--mode " + f.mode + ": want normal or lite");
         }
+        if (f.variant.isEmpty()) {
+            f.variant = f.lite() ? "lite-push" : "simple";
+        }
+        switch (f.variant) {
+            case "simple":
+            case "push":
+                if (f.lite()) {
+                    throw new IllegalArgumentException("--variant " + f.variant + " consumes a normal topic: want --mode normal");
+                }
+                break;
+            case "lite-push":
+                if (!f.lite()) {
+                    throw new IllegalArgumentException("--variant lite-push consumes a LITE topic: want --mode lite");
+                }
+                break;
+            default:
+                throw new IllegalArgumentException("--variant " + f.variant + ": want simple, push or lite-push");
+        }
         if (f.messages < 1) {
             throw new IllegalArgumentException("--messages must be at least 1");
+        }
+        if (f.warmup < 0 || f.warmup >= f.messages) {
+            throw new IllegalArgumentException("--warmup must be at least 0 and below --messages");
+        }
+        if (f.window.isNegative() || f.handlerDelay.isNegative()) {
+            throw new IllegalArgumentException("--window and --handler-delay must not be negative");
+        }
+        if (f.batch < 1 || f.invisible.isZero() || f.invisible.isNegative() || f.await.isNegative()) {
+            throw new IllegalArgumentException("--batch, --invisible must be positive, --await not negative");
         }
         if (f.concurrency < 1) {
             throw new IllegalArgumentException("--concurrency must be at least 1");
@@ -93,8 +138,8 @@ final class Flags {
 
     private static final Pattern DURATION_PART = Pattern.compile("(\\d+(?:\\.\\d+)?)(ns|us|µs|ms|s|m|h)");
 
-    /** Reads a Go-style duration ("90s", "2m", "1m30s", "500ms") or plain seconds ("120"). */
-    static Duration parseDuration(String s) {
+    /** Reads a Go-style duration ("90s", "2m", "1m30s", "500ms", "0s") or plain seconds ("120"). */
+    static Duration parseDuration(String name, String s) {
         if (s.matches("\\d+(\\.\\d+)?")) {
             return Duration.ofNanos((long) (Double.parseDouble(s) * 1e9));
         }
@@ -116,7 +161,7 @@ final class Flags {
             end = m.end();
         }
         if (end == 0 || end != s.length()) {
-            throw new IllegalArgumentException("--timeout " + s + ": not a duration (e.g. 90s, 2m, 1m30s)");
+            throw new IllegalArgumentException("--" + name + " " + s + ": not a duration (e.g. 90s, 2m, 1m30s)");
         }
         return Duration.ofNanos(nanos);
     }

@@ -41,18 +41,23 @@ public final class Main {
         try {
             f = Flags.parse(args);
         } catch (IllegalArgumentException e) {
-            String mode = "normal";
-            for (String a : args) {
-                if (a.startsWith("--mode=")) {
-                    mode = a.substring(7);
-                }
-            }
-            out.println(new Tracker(1).json(PEER, mode, e.getMessage()));
+            String mode = argValue(args, "mode", "normal");
+            String variant = argValue(args, "variant", "");
+            out.println(Tracker.none().json(PEER, variant, mode, 0, e.getMessage()));
             return EXIT_USAGE;
         }
         long deadline = System.nanoTime() + f.timeout.toNanos();
-        Tracker t = new Tracker(f.messages);
-        Peer peer = f.lite() ? new LitePeer(f, t) : new SimplePeer(f, t);
+        Tracker t = new Tracker(f.messages, f.warmup, f.window, f.lite());
+        Peer peer;
+        switch (f.variant) {
+            case "push": peer = new PushPeer(f, t); break;
+            case "lite-push": peer = new LitePeer(f, t); break;
+            default: peer = new SimplePeer(f, t); break;
+        }
+        System.err.printf("java: variant %s, mode %s, topic %s, group %s, run %s, messages %d, warmup %d, "
+                + "window %s, concurrency %d, handler delay %s%n", f.variant, f.mode, f.topic, f.group, f.run,
+            f.messages, f.warmup, f.window, f.concurrency, f.handlerDelay);
+        Thread slices = slicePrinter(t);
         String error = null;
         int code = EXIT_OK;
         try {
@@ -80,10 +85,58 @@ public final class Main {
             error = "consumer failed: " + c;
             code = EXIT_FAILED;
         }
-        out.println(t.json(PEER, f.mode, error));
+        slices.interrupt();
+        long foreign = t.foreign();
+        if (foreign > 0) {
+            error = error == null ? foreign + " foreign messages" : error + "; " + foreign + " foreign messages";
+            code = EXIT_FAILED;
+        }
+        out.println(t.json(PEER, f.variant, f.mode, f.concurrency, error));
         out.flush();
         closeWithin(peer, 5);
         return code;
+    }
+
+    /** The value of --name=value or --name value in args, else def. */
+    private static String argValue(String[] args, String name, String def) {
+        for (int i = 0; i < args.length; i++) {
+            String a = args[i].replaceFirst("^--?", "");
+            if (a.startsWith(name + "=")) {
+                return a.substring(name.length() + 1);
+            }
+            if (a.equals(name) && i + 1 < args.length) {
+                return args[i + 1];
+            }
+        }
+        return def;
+    }
+
+    /**
+     * Every 5 s, the distinct messages acked so far and the rate of the last
+     * slice, on stderr: shows when the JVM has warmed up.
+     */
+    private static Thread slicePrinter(Tracker t) {
+        Thread th = new Thread(() -> {
+            long start = System.nanoTime();
+            long last = start;
+            int lastN = 0;
+            try {
+                while (true) {
+                    Thread.sleep(5000);
+                    long now = System.nanoTime();
+                    int n = t.ackedCount();
+                    System.err.printf("peer: slice t=%.1fs acked=%d rate=%.0f/s cpu=%.2fs%n", (now - start) / 1e9, n,
+                        (n - lastN) / ((now - last) / 1e9), Tracker.cpuNanos() / 1e9);
+                    last = now;
+                    lastN = n;
+                }
+            } catch (InterruptedException e) {
+                // done
+            }
+        }, "peer-slices");
+        th.setDaemon(true);
+        th.start();
+        return th;
     }
 
     private static void closeWithin(Peer peer, int seconds) {
