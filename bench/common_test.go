@@ -1,6 +1,6 @@
-// Package bench holds the benchmark peers (peer/, java/) that `rmqflow bench`
-// runs side by side on one broker, and the tests that check them and measure
-// memory. It is its own module so that the official clients' dependencies stay
+// Package bench holds the benchmark peers (peer/, java/) that the harness
+// (harness/, `rmqflow bench`) runs on one broker, and the tests that check
+// them and measure memory. It is its own module so that the official clients' dependencies stay
 // out of the core module. Its tests skip unless RMQFLOW_BENCH=1:
 //
 //	RMQFLOW_ENDPOINT=127.0.0.1:18081 RMQFLOW_BENCH=1 go test -run 'TestPeers|TestRSS' -v ./...
@@ -16,11 +16,7 @@ import (
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 )
 
-const (
-	benchTopic    = "rmqflow-normal-bench"
-	officialGroup = "rmqflow-normal-bench-official-g"
-	bodySize      = 1024
-)
+const bodySize = 1024
 
 func endpoint(t testing.TB) string {
 	if os.Getenv("RMQFLOW_BENCH") != "1" {

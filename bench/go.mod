@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/apache/rocketmq-clients/golang/v5 v5.1.4
 	github.com/rmqflow/rmqflow v0.0.0
+	go.opentelemetry.io/otel/metric v1.35.0
+	google.golang.org/grpc v1.72.0
 )
 
 require (
@@ -28,7 +30,6 @@ require (
 	github.com/valyala/fastrand v1.1.0 // indirect
 	go.opencensus.io v0.24.0 // indirect
 	go.opentelemetry.io/otel v1.35.0 // indirect
-	go.opentelemetry.io/otel/metric v1.35.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.0 // indirect
@@ -40,7 +41,6 @@ require (
 	google.golang.org/api v0.230.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20250422160041-2d3770c4ea7f // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250422160041-2d3770c4ea7f // indirect
-	google.golang.org/grpc v1.72.0 // indirect
 	google.golang.org/protobuf v1.36.6 // indirect
 )
 

@@ -1,8 +1,9 @@
-// Package peerkit is what the benchmark peers (bench/peer/...) share: their
-// common flags, the bookkeeping of a run (distinct messages of the run acked,
-// ack RPCs, receive→ack latency, CPU and RSS) and the one JSON line each peer
-// prints on stdout. The Java peer (bench/java) implements the same contract;
-// bench/README.md describes it.
+// Package peerkit is what the Go benchmark peers (bench/peer/...) share: the
+// flags of the peer contract (v2, /work/notes/I9-PEER-CONTRACT.md and
+// bench/README.md), the bookkeeping of a run (the Tracker: its timed window,
+// distinct messages of the run acked, RPC counters, latencies, CPU and RSS)
+// and the one JSON line each peer prints on stdout. The Java peer
+// (bench/java) implements the same contract.
 package peerkit
 
 import (
@@ -16,8 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -25,22 +24,33 @@ import (
 // Exit codes of a peer.
 const (
 	ExitOK      = 0
-	ExitFailed  = 1 // timeout, broker or client error
-	ExitUsage   = 2 // bad flags or a mode the peer does not support
+	ExitFailed  = 1 // timeout, broker or client error, foreign messages
+	ExitUsage   = 2 // bad flags, unknown variant, or a mode the variant does not support
 	DefaultMode = "normal"
 )
 
 // Flags are the flags every peer takes (Go flag style: --name value or
 // --name=value).
 type Flags struct {
-	Endpoint    string
-	Topic       string
-	Group       string
-	Mode        string // "normal" or "lite"
-	Run         string
-	Messages    int
-	Concurrency int
-	Timeout     time.Duration
+	Endpoint     string
+	Topic        string
+	Group        string
+	Mode         string // "normal" or "lite"
+	Variant      string
+	Run          string
+	Messages     int
+	Warmup       int
+	Window       time.Duration
+	Concurrency  int
+	Batch        int
+	Invisible    time.Duration
+	Await        time.Duration
+	HandlerDelay time.Duration
+	Timeout      time.Duration
+	// LiteTopics is the number of lite topics of the run, "<run>-0" ..
+	// "<run>-K-1" (lite mode; 0: unknown). Informational: every Go variant
+	// reads the whole LITE main topic through its wildcard group.
+	LiteTopics int
 }
 
 // Lite tells whether the peer reads a LITE main topic.
@@ -55,165 +65,155 @@ func (f Flags) Mine(keys []string, liteTopic string) bool {
 	return slices.Contains(keys, f.Run)
 }
 
-// ParseFlags parses args (without the program name).
-func ParseFlags(peer string, args []string) (Flags, error) {
+// Delay sleeps the handler delay (--handler-delay), returning early when ctx
+// ends.
+func (f Flags) Delay(ctx context.Context) {
+	if f.HandlerDelay <= 0 {
+		return
+	}
+	t := time.NewTimer(f.HandlerDelay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// Variant is one way a peer consumes: its name, the modes it supports and
+// its consume function.
+type Variant struct {
+	Name    string
+	Modes   []string
+	Consume Consume
+}
+
+// Peer describes a peer program: its name, its variants (for each mode, the
+// first variant that supports it is the default, so list the strongest
+// first) and optional extra flags of its own.
+type Peer struct {
+	Name     string
+	Variants []Variant
+	Flags    func(fs *flag.FlagSet)
+}
+
+// Consume runs a peer's consumer until ctx ends, recording into t. It returns
+// nil when ctx ended, an error when the consumer cannot run; it must release
+// what it holds before returning.
+type Consume func(ctx context.Context, f Flags, t *Tracker) error
+
+// ParseFlags parses args (without the program name) and picks the variant.
+// On an error, the returned Flags still carry the mode and variant as given
+// (for the error line).
+func ParseFlags(p Peer, args []string) (Flags, Variant, error) {
 	var f Flags
-	fs := flag.NewFlagSet(peer, flag.ContinueOnError)
+	fs := flag.NewFlagSet(p.Name, flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	def := os.Getenv("RMQFLOW_ENDPOINT")
 	if def == "" {
 		def = "127.0.0.1:18081"
 	}
+	names := make([]string, len(p.Variants))
+	for i, v := range p.Variants {
+		names[i] = v.Name
+	}
 	fs.StringVar(&f.Endpoint, "endpoint", def, "proxy gRPC endpoint host:port (default $RMQFLOW_ENDPOINT or 127.0.0.1:18081)")
 	fs.StringVar(&f.Topic, "topic", "", "topic to read: the normal topic, or the LITE main topic (required)")
 	fs.StringVar(&f.Group, "group", "", "consumer group; in lite mode a wildcard group bound to --topic (required)")
 	fs.StringVar(&f.Mode, "mode", DefaultMode, "normal | lite")
+	fs.StringVar(&f.Variant, "variant", "", "client API/configuration: "+strings.Join(names, " | ")+" (default: the first that supports --mode)")
 	fs.StringVar(&f.Run, "run", "", "run id: normal messages of the run carry it as a key, lite ones have lite topics \"<run>-...\" (required)")
-	fs.IntVar(&f.Messages, "messages", 0, "stop once this many distinct messages of the run are acked (required)")
-	fs.IntVar(&f.Concurrency, "concurrency", 4, "receive concurrency")
+	fs.IntVar(&f.Messages, "messages", 0, "exit once this many distinct messages of the run are acked (required)")
+	fs.IntVar(&f.Warmup, "warmup", 0, "the first W distinct acks are untimed; the window starts when the W-th returns (0: at the first message received)")
+	fs.DurationVar(&f.Window, "window", 0, "if > 0, end the timed window after this long even if --messages is not reached (exit 0, \"window_expired\":true)")
+	fs.IntVar(&f.Concurrency, "concurrency", 4, "the variant's concurrency knob (receivers, consumption goroutines, Runner workers)")
+	fs.IntVar(&f.Batch, "batch", 32, "max messages per receive where the API has it")
+	fs.DurationVar(&f.Invisible, "invisible", 60*time.Second, "invisible duration where the API has it")
+	fs.DurationVar(&f.Await, "await", 5*time.Second, "long-polling await where the API has it")
+	fs.DurationVar(&f.HandlerDelay, "handler-delay", 0, "sleep this long per message before acking it, inside the concurrency slot")
+	fs.IntVar(&f.LiteTopics, "lite-topics", 0, "lite mode: the run's lite topics are \"<run>-0\"..\"<run>-K-1\" (informational; 0: unknown)")
 	fs.DurationVar(&f.Timeout, "timeout", 5*time.Minute, "give up after this long (exit 1, JSON line with \"error\")")
+	if p.Flags != nil {
+		p.Flags(fs)
+	}
 	if err := fs.Parse(args); err != nil {
-		return f, err
+		return f, Variant{}, err
 	}
 	switch {
 	case fs.NArg() > 0:
-		return f, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return f, Variant{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case f.Topic == "" || f.Group == "" || f.Run == "":
-		return f, errors.New("--topic, --group and --run are required")
+		return f, Variant{}, errors.New("--topic, --group and --run are required")
 	case f.Mode != "normal" && f.Mode != "lite":
-		return f, fmt.Errorf("--mode %q: want normal or lite", f.Mode)
+		return f, Variant{}, fmt.Errorf("--mode %q: want normal or lite", f.Mode)
 	case f.Messages < 1:
-		return f, errors.New("--messages must be at least 1")
+		return f, Variant{}, errors.New("--messages must be at least 1")
+	case f.Warmup < 0 || f.Warmup >= f.Messages:
+		return f, Variant{}, fmt.Errorf("--warmup %d: want 0 <= warmup < --messages (%d)", f.Warmup, f.Messages)
+	case f.Window < 0:
+		return f, Variant{}, errors.New("--window must not be negative")
 	case f.Concurrency < 1:
-		return f, errors.New("--concurrency must be at least 1")
+		return f, Variant{}, errors.New("--concurrency must be at least 1")
+	case f.Batch < 1 || f.Batch > 32:
+		return f, Variant{}, errors.New("--batch must be 1..32")
+	case f.Invisible <= 0 || f.Await <= 0:
+		return f, Variant{}, errors.New("--invisible and --await must be positive")
+	case f.HandlerDelay < 0:
+		return f, Variant{}, errors.New("--handler-delay must not be negative")
+	case f.LiteTopics < 0:
+		return f, Variant{}, errors.New("--lite-topics must not be negative")
 	case f.Timeout <= 0:
-		return f, errors.New("--timeout must be positive")
+		return f, Variant{}, errors.New("--timeout must be positive")
 	}
-	return f, nil
-}
-
-// Result is the one JSON line a peer prints. The fields up to P99ms are the
-// contract; StartupSeconds and AckedOther are informational extras.
-type Result struct {
-	Peer     string `json:"peer"`
-	Mode     string `json:"mode"`
-	Messages int    `json:"messages"`
-	// Seconds runs from the first message received to the return of the ack
-	// that completed the run.
-	Seconds float64 `json:"seconds"`
-	// CPUSeconds is the process's user+system CPU over the same span.
-	CPUSeconds float64 `json:"cpu_seconds"`
-	AckRPCs    int64   `json:"ack_rpcs"`
-	// RSSBytes is the process's peak resident set size (VmHWM).
-	RSSBytes int64   `json:"rss_bytes"`
-	P50ms    float64 `json:"p50_ms"`
-	P99ms    float64 `json:"p99_ms"`
-	// StartupSeconds runs from the start of the consumer to the first
-	// message received.
-	StartupSeconds float64 `json:"startup_seconds"`
-	// AckedOther counts acked messages that were not of the run.
-	AckedOther int64  `json:"acked_other"`
-	Error      string `json:"error,omitempty"`
-}
-
-// Tracker keeps the books of one run. It is safe for concurrent use.
-type Tracker struct {
-	goal    int
-	started time.Time
-
-	ackRPCs atomic.Int64
-	other   atomic.Int64
-
-	mu       sync.Mutex
-	firstAt  time.Time
-	firstCPU time.Duration
-	acked    map[string]struct{}
-	lat      []time.Duration
-	endAt    time.Time
-	endCPU   time.Duration
-	done     chan struct{}
-}
-
-// NewTracker starts the books; the consumer starts now.
-func NewTracker(goal int) *Tracker {
-	return &Tracker{goal: goal, started: time.Now(), acked: make(map[string]struct{}, goal), lat: make([]time.Duration, 0, goal), done: make(chan struct{})}
-}
-
-// Received is called when a receive returned n > 0 messages; it returns the
-// receive time to pass to Acked. The first call starts the measured span.
-func (t *Tracker) Received(n int) time.Time {
-	now := time.Now()
-	if n == 0 {
-		return now
-	}
-	t.mu.Lock()
-	if t.firstAt.IsZero() {
-		t.firstAt, t.firstCPU = now, CPUTime()
-	}
-	t.mu.Unlock()
-	return now
-}
-
-// AckRPC counts one ack RPC sent.
-func (t *Tracker) AckRPC() { t.ackRPCs.Add(1) }
-
-// Acked records a successful ack of message id received at receivedAt. mine
-// tells whether it is a message of the run; only distinct ones count.
-func (t *Tracker) Acked(id string, mine bool, receivedAt time.Time) {
-	now := time.Now()
-	if !mine {
-		t.other.Add(1)
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, dup := t.acked[id]; dup || !t.endAt.IsZero() {
-		return
-	}
-	t.acked[id] = struct{}{}
-	t.lat = append(t.lat, now.Sub(receivedAt))
-	if len(t.acked) == t.goal {
-		t.endAt, t.endCPU = now, CPUTime()
-		close(t.done)
-	}
-}
-
-// Done is closed when goal distinct messages of the run are acked.
-func (t *Tracker) Done() <-chan struct{} { return t.done }
-
-// Result summarises the run so far.
-func (t *Tracker) Result(peer, mode string) Result {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r := Result{Peer: peer, Mode: mode, Messages: len(t.acked), AckRPCs: t.ackRPCs.Load(), AckedOther: t.other.Load(), RSSBytes: PeakRSS()}
-	if !t.firstAt.IsZero() {
-		end, endCPU := t.endAt, t.endCPU
-		if end.IsZero() {
-			end, endCPU = time.Now(), CPUTime()
+	if f.Variant == "" {
+		for _, v := range p.Variants {
+			if slices.Contains(v.Modes, f.Mode) {
+				f.Variant = v.Name
+				return f, v, nil
+			}
 		}
-		r.Seconds = end.Sub(t.firstAt).Seconds()
-		r.CPUSeconds = (endCPU - t.firstCPU).Seconds()
-		r.StartupSeconds = t.firstAt.Sub(t.started).Seconds()
+		return f, Variant{}, fmt.Errorf("%s has no variant for --mode %s", p.Name, f.Mode)
 	}
-	if len(t.lat) > 0 {
-		l := slices.Clone(t.lat)
-		slices.Sort(l)
-		r.P50ms = ms(percentile(l, 50))
-		r.P99ms = ms(percentile(l, 99))
+	for _, v := range p.Variants {
+		if v.Name != f.Variant {
+			continue
+		}
+		if !slices.Contains(v.Modes, f.Mode) {
+			return f, Variant{}, fmt.Errorf("%s --variant %s does not support --mode %s (supported: %s)", p.Name, v.Name, f.Mode, strings.Join(v.Modes, ", "))
+		}
+		return f, v, nil
 	}
-	return r
+	return f, Variant{}, fmt.Errorf("%s: unknown --variant %q (known: %s)", p.Name, f.Variant, strings.Join(names, ", "))
 }
 
-// percentile is the nearest-rank percentile of sorted d.
-func percentile(d []time.Duration, p int) time.Duration {
-	i := (len(d)*p + 99) / 100 // ceil(len*p/100), 1-based
-	if i < 1 {
-		i = 1
-	}
-	return d[i-1]
+// Result is the one JSON line a peer prints (contract v2; bench/README.md
+// says what each field means). Counters a variant cannot observe are -1.
+type Result struct {
+	Peer              string  `json:"peer"`
+	Variant           string  `json:"variant"`
+	Mode              string  `json:"mode"`
+	Concurrency       int     `json:"concurrency"`
+	Messages          int     `json:"messages"`
+	Warmup            int     `json:"warmup"`
+	Seconds           float64 `json:"seconds"`
+	WindowStartUnixNs int64   `json:"window_start_unix_ns"`
+	WindowEndUnixNs   int64   `json:"window_end_unix_ns"`
+	CPUSeconds        float64 `json:"cpu_seconds"`
+	RSSBytes          int64   `json:"rss_bytes"`
+	ReceiveRPCs       int64   `json:"receive_rpcs"`
+	EmptyReceives     int64   `json:"empty_receives"`
+	AckRPCs           int64   `json:"ack_rpcs"`
+	P50ms             float64 `json:"p50_ms"`
+	P99ms             float64 `json:"p99_ms"`
+	E2EP50ms          float64 `json:"e2e_p50_ms"`
+	E2EP99ms          float64 `json:"e2e_p99_ms"`
+	ColdE2EP99ms      float64 `json:"cold_e2e_p99_ms"`
+	HotE2EP99ms       float64 `json:"hot_e2e_p99_ms"`
+	StartupSeconds    float64 `json:"startup_seconds"`
+	Redelivered       int64   `json:"redelivered"`
+	Foreign           int64   `json:"foreign"`
+	WindowExpired     bool    `json:"window_expired"`
+	Error             string  `json:"error,omitempty"`
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // CPUTime is the process's user plus system CPU time so far.
 func CPUTime() time.Duration {
@@ -239,54 +239,56 @@ func PeakRSS() int64 {
 	return 0
 }
 
-// Consume runs a peer's consumer until ctx ends, recording into t. It returns
-// nil when ctx ended, an error when the consumer cannot run; it must release
-// what it holds before returning.
-type Consume func(ctx context.Context, f Flags, t *Tracker) error
-
 // Main is a peer's main: it keeps stdout for the JSON line alone (everything
 // else written to stdout, by this process or a library, goes to stderr),
-// parses the flags, runs consume until the run's messages are acked, the
-// timeout passes or consume fails, prints the JSON line and exits.
-// supported lists the modes the peer can run.
-func Main(peer string, supported []string, consume Consume) {
+// parses the flags, runs the variant until the run's messages are acked, the
+// window expires, the timeout passes or the consumer fails, prints the JSON
+// line and exits: 0 on success, 1 on a failure or foreign messages, 2 on bad
+// flags.
+func Main(p Peer) {
 	out := takeStdout()
-	fail := func(code int, f Flags, err error) {
-		emit(out, Result{Peer: peer, Mode: f.Mode, RSSBytes: PeakRSS(), Error: err.Error()})
-		os.Exit(code)
-	}
-	f, err := ParseFlags(peer, os.Args[1:])
+	f, v, err := ParseFlags(p, os.Args[1:])
 	if err != nil {
 		if f.Mode == "" {
 			f.Mode = DefaultMode
 		}
-		fail(ExitUsage, f, err)
+		emit(out, Result{Peer: p.Name, Variant: f.Variant, Mode: f.Mode, Concurrency: f.Concurrency, Warmup: f.Warmup,
+			ReceiveRPCs: -1, EmptyReceives: -1, AckRPCs: -1, RSSBytes: PeakRSS(), Error: err.Error()})
+		os.Exit(ExitUsage)
 	}
-	if !slices.Contains(supported, f.Mode) {
-		fail(ExitUsage, f, fmt.Errorf("%s does not support --mode %s (supported: %s)", peer, f.Mode, strings.Join(supported, ", ")))
-	}
+	os.Exit(run(out, p.Name, f, v.Consume))
+}
+
+// run runs consume with a fresh tracker, writes the result line to out and
+// returns the exit code.
+func run(out io.Writer, peer string, f Flags, consume Consume) int {
 	ctx, cancel := context.WithCancel(context.Background())
-	t := NewTracker(f.Messages)
+	t := NewTracker(f)
 	stopped := make(chan error, 1)
 	go func() { stopped <- consume(ctx, f, t) }()
 	timer := time.NewTimer(f.Timeout)
+	defer timer.Stop()
 	code := ExitOK
 	var r Result
 	select {
 	case <-t.Done():
-		r = t.Result(peer, f.Mode)
+		r = t.Result(peer, f)
 	case <-timer.C:
-		r = t.Result(peer, f.Mode)
-		r.Error = fmt.Sprintf("timeout after %s: %d of %d messages of run %s acked", f.Timeout, r.Messages, f.Messages, f.Run)
+		r = t.Result(peer, f)
+		r.Error = fmt.Sprintf("timeout after %s: %d of %d messages of run %s acked", f.Timeout, t.Acked(), f.Messages, f.Run)
 		code = ExitFailed
 	case err := <-stopped:
-		r = t.Result(peer, f.Mode)
+		r = t.Result(peer, f)
 		if err == nil {
 			err = errors.New("consumer stopped early")
 		}
 		r.Error = err.Error()
 		code = ExitFailed
 		stopped <- nil
+	}
+	if r.Foreign > 0 && code == ExitOK {
+		r.Error = fmt.Sprintf("%d foreign messages", r.Foreign)
+		code = ExitFailed
 	}
 	emit(out, r)
 	cancel()
@@ -295,7 +297,7 @@ func Main(peer string, supported []string, consume Consume) {
 	case <-time.After(10 * time.Second):
 		fmt.Fprintln(os.Stderr, peer+": consumer did not stop within 10s")
 	}
-	os.Exit(code)
+	return code
 }
 
 func emit(w io.Writer, r Result) {

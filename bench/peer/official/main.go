@@ -1,19 +1,29 @@
 // Command official is the benchmark peer built on the official RocketMQ Go
-// client, github.com/apache/rocketmq-clients/golang/v5 v5.1.4: its
-// SimpleConsumer, --concurrency goroutines each receiving up to 32 messages
-// (invisible 60 s) and then acking them one by one, one AckMessage RPC per
-// message. Normal mode only: v5.1.4 has no lite consumer; --mode lite exits
-// with code 2.
+// client, github.com/apache/rocketmq-clients/golang/v5 v5.1.4, in four
+// variants (--variant; bench/README.md says how each is tuned and why):
 //
-//	official --endpoint 127.0.0.1:18081 --topic T --group G --run R --messages N
+//   - simple (normal): SimpleConsumer, --concurrency goroutines receiving up
+//     to --batch messages (--invisible), each message handed to a bounded
+//     pool of ack goroutines (--ack-workers, default 16 × --concurrency) so
+//     that many acks are in flight;
+//   - simple-plain (normal): the client's example loop, each message acked
+//     in turn by the goroutine that received it;
+//   - push (normal): PushConsumer, --concurrency consumption goroutines, a
+//     listener returning SUCCESS, after which the client acks;
+//   - lite-push (lite): LitePushConsumer bound to the LITE main topic
+//     (wildcard group), --concurrency consumption goroutines, the FIFO
+//     consume accelerator on; no SubscribeLite is needed (the wildcard group
+//     delivers every lite topic), but --subscribe-lite makes it also
+//     SubscribeLite the run's "<run>-0".."<run>-K-1" (--lite-topics K).
 //
-// It prints one JSON line on stdout (see bench/README.md); the client's own
-// log goes to a temporary directory, removed at exit, or to
-// $RMQFLOW_PEER_LOGS when set.
+// Counters come from the client's gRPC connection (see wire). It prints one
+// JSON line on stdout (see bench/README.md); the client's own log goes to a
+// temporary directory, removed at exit, or to $RMQFLOW_PEER_LOGS when set.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -21,27 +31,43 @@ import (
 
 	rmq "github.com/apache/rocketmq-clients/golang/v5"
 	"github.com/apache/rocketmq-clients/golang/v5/credentials"
+
 	"github.com/rmqflow/rmqflow/bench/internal/peerkit"
 )
 
-const (
-	batchSize   = 32
-	invisible   = 60 * time.Second
-	longPolling = 5 * time.Second
+var (
+	ackWorkers    int
+	subscribeLite bool
 )
 
 func main() {
-	peerkit.Main("official", []string{"normal"}, consume)
+	normal, lite := []string{"normal"}, []string{"lite"}
+	peerkit.Main(peerkit.Peer{Name: "official",
+		Variants: []peerkit.Variant{
+			{Name: "simple", Modes: normal, Consume: simple},
+			{Name: "lite-push", Modes: lite, Consume: litePush},
+			{Name: "simple-plain", Modes: normal, Consume: simplePlain},
+			{Name: "push", Modes: normal, Consume: push},
+		},
+		Flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&ackWorkers, "ack-workers", 0, "official simple: ack goroutines (0: 16 × --concurrency)")
+			fs.BoolVar(&subscribeLite, "subscribe-lite", false, "official lite-push: also SubscribeLite the run's --lite-topics (not needed with a wildcard group)")
+		},
+	})
 }
 
-func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+// setup points the client's log away from stdout and plaintext-enables it,
+// and installs the wire watcher before any client exists. It returns a
+// function that removes the temporary log directory.
+func setup(f peerkit.Flags, t *peerkit.Tracker) (func(), error) {
+	cleanup := func() {}
 	logs := os.Getenv("RMQFLOW_PEER_LOGS") // a directory to keep the logs in
 	if logs == "" {
 		tmp, err := os.MkdirTemp("", "rmqflow-bench-official-logs-")
 		if err != nil {
-			return err
+			return cleanup, err
 		}
-		defer os.RemoveAll(tmp)
+		cleanup = func() { _ = os.RemoveAll(tmp) }
 		logs = tmp
 	}
 	// The client set its logger up in init(), before main; point it here now.
@@ -49,24 +75,44 @@ func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 	os.Setenv("mq.consoleAppender.enabled", "false")
 	rmq.ResetLogger()
 	rmq.EnableSsl = false
+	newWire(f, t)
+	return cleanup, nil
+}
 
-	sc, err := rmq.NewSimpleConsumer(&rmq.Config{Endpoint: f.Endpoint, ConsumerGroup: f.Group, Credentials: &credentials.SessionCredentials{}},
-		rmq.WithSimpleAwaitDuration(longPolling),
+func config(f peerkit.Flags) *rmq.Config {
+	return &rmq.Config{Endpoint: f.Endpoint, ConsumerGroup: f.Group, Credentials: &credentials.SessionCredentials{}}
+}
+
+// stopWithin runs stop, waiting at most d (the push consumers' GracefulStop
+// waits out in-flight long polls).
+func stopWithin(stop func() error, d time.Duration) {
+	stopped := make(chan struct{})
+	go func() { _ = stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(d):
+	}
+}
+
+func newSimple(f peerkit.Flags) (rmq.SimpleConsumer, error) {
+	sc, err := rmq.NewSimpleConsumer(config(f),
+		rmq.WithSimpleAwaitDuration(f.Await),
+		// at most this many Receive calls at once (default 20): one per receiver
+		rmq.WithSimpleReceiveRateLimit(f.Concurrency),
 		rmq.WithSimpleSubscriptionExpressions(map[string]*rmq.FilterExpression{f.Topic: rmq.SUB_ALL}))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := sc.Start(); err != nil {
-		return fmt.Errorf("start simple consumer %s/%s: %w", f.Topic, f.Group, err)
+		return nil, fmt.Errorf("start simple consumer %s/%s: %w", f.Topic, f.Group, err)
 	}
-	defer func() {
-		stopped := make(chan struct{})
-		go func() { _ = sc.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(5 * time.Second):
-		}
-	}()
+	return sc, nil
+}
+
+// receiveLoop runs --concurrency receivers, each handing every message it
+// received to handle (in its own goroutine, so a slow handle holds the
+// receiver: the concurrency slot).
+func receiveLoop(ctx context.Context, f peerkit.Flags, sc rmq.SimpleConsumer, handle func(*rmq.MessageView)) {
 	var wg sync.WaitGroup
 	for i := 0; i < f.Concurrency; i++ {
 		wg.Add(1)
@@ -74,8 +120,7 @@ func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				mvs, err := sc.Receive(ctx, batchSize, invisible)
-				at := t.Received(len(mvs))
+				mvs, err := sc.Receive(ctx, int32(f.Batch), f.Invisible)
 				if err != nil {
 					// The client reports an empty long poll as an error too;
 					// only a fast failure is worth a pause.
@@ -86,19 +131,139 @@ func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 					continue
 				}
 				for _, mv := range mvs {
-					t.AckRPC()
-					if err := sc.Ack(ctx, mv); err != nil {
-						if ctx.Err() == nil {
-							fmt.Fprintf(os.Stderr, "official: ack %s: %v\n", mv.GetMessageId(), err)
-						}
-						continue
-					}
-					t.Acked(mv.GetMessageId(), f.Mine(mv.GetKeys(), ""), at)
+					f.Delay(ctx)
+					handle(mv)
 				}
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+func ack(ctx context.Context, sc rmq.SimpleConsumer, mv *rmq.MessageView) {
+	if err := sc.Ack(ctx, mv); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(os.Stderr, "official: ack %s: %v\n", mv.GetMessageId(), err)
+	}
+}
+
+// simple: receivers hand acks to a bounded pool of ack goroutines.
+func simple(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+	cleanup, err := setup(f, t)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	sc, err := newSimple(f)
+	if err != nil {
+		return err
+	}
+	defer stopWithin(sc.GracefulStop, 5*time.Second)
+	n := ackWorkers
+	if n <= 0 {
+		n = 16 * f.Concurrency
+	}
+	// A full queue holds the receivers back: the acks are the bottleneck.
+	queue := make(chan *rmq.MessageView, n)
+	var acks sync.WaitGroup
+	for range n {
+		acks.Add(1)
+		go func() {
+			defer acks.Done()
+			for mv := range queue {
+				ack(ctx, sc, mv)
+			}
+		}()
+	}
+	receiveLoop(ctx, f, sc, func(mv *rmq.MessageView) {
+		select {
+		case queue <- mv:
+		case <-ctx.Done():
+		}
+	})
+	close(queue)
+	acks.Wait()
+	return nil
+}
+
+// simplePlain: the example loop, each message acked in turn.
+func simplePlain(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+	cleanup, err := setup(f, t)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	sc, err := newSimple(f)
+	if err != nil {
+		return err
+	}
+	defer stopWithin(sc.GracefulStop, 5*time.Second)
+	receiveLoop(ctx, f, sc, func(mv *rmq.MessageView) { ack(ctx, sc, mv) })
+	return nil
+}
+
+func listener(ctx context.Context, f peerkit.Flags) rmq.PushConsumerOption {
+	return rmq.WithPushMessageListener(&rmq.FuncMessageListener{Consume: func(*rmq.MessageView) rmq.ConsumerResult {
+		f.Delay(ctx)
+		return rmq.SUCCESS
+	}})
+}
+
+// pushOptions are the tuning of both push consumers: --concurrency
+// consumption goroutines (the client acks inside them, one RPC each), and
+// the cache left at the client's defaults, 1024 messages and 64 MiB over
+// all queues (bench/README.md: why).
+func pushOptions(ctx context.Context, f peerkit.Flags) []rmq.PushConsumerOption {
+	return []rmq.PushConsumerOption{
+		rmq.WithPushConsumptionThreadCount(int32(f.Concurrency)),
+		rmq.WithPushMaxCacheMessageCount(1024),
+		rmq.WithPushMaxCacheMessageSizeInBytes(64 << 20),
+		listener(ctx, f),
+	}
+}
+
+func push(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+	cleanup, err := setup(f, t)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	opts := append(pushOptions(ctx, f), rmq.WithPushSubscriptionExpressions(map[string]*rmq.FilterExpression{f.Topic: rmq.SUB_ALL}))
+	pc, err := rmq.NewPushConsumer(config(f), opts...)
+	if err != nil {
+		return err
+	}
+	if err := pc.Start(); err != nil {
+		return fmt.Errorf("start push consumer %s/%s: %w", f.Topic, f.Group, err)
+	}
+	<-ctx.Done()
+	stopWithin(pc.GracefulStop, 5*time.Second)
+	return nil
+}
+
+func litePush(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+	cleanup, err := setup(f, t)
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	opts := append(pushOptions(ctx, f),
+		// consume a received batch's lite topics in parallel, each in order
+		rmq.WithPushEnableFifoConsumeAccelerator(true))
+	lc, err := rmq.NewLitePushConsumer(config(f), rmq.NewLitePushConsumerConfig(f.Topic, f.Invisible), opts...)
+	if err != nil {
+		return err
+	}
+	if err := lc.Start(); err != nil {
+		return fmt.Errorf("start lite push consumer %s/%s: %w", f.Topic, f.Group, err)
+	}
+	for i := 0; subscribeLite && i < f.LiteTopics; i++ {
+		if err := lc.SubscribeLite(fmt.Sprintf("%s-%d", f.Run, i)); err != nil {
+			stopWithin(lc.GracefulStop, 5*time.Second)
+			return fmt.Errorf("SubscribeLite %s-%d: %w", f.Run, i, err)
+		}
+	}
+	<-ctx.Done()
+	stopWithin(lc.GracefulStop, 5*time.Second)
 	return nil
 }
 

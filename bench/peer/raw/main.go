@@ -1,10 +1,11 @@
 // Command raw is the benchmark's ceiling: a minimal consume loop on rmqflow's
 // own gRPC client (github.com/rmqflow/rmqflow/client) and nothing else.
 // --concurrency goroutines share one client and one consumer session; each
-// receives a batch of up to 32 (invisible 60 s) and acks the whole batch with
-// one multi-entry AckMessage in the background, so that its next receive is
-// not delayed. Both modes: normal (SIMPLE_CONSUMER) and lite (a wildcard
-// lite consumer session).
+// receives a batch of up to --batch (--invisible, long polling --await),
+// sleeps --handler-delay per message, and acks the whole batch with one
+// multi-entry AckMessage in the background, so that its next receive is not
+// delayed. One variant, "raw"; both modes: normal (SIMPLE_CONSUMER) and lite
+// (a wildcard lite consumer session).
 //
 //	raw --endpoint 127.0.0.1:18081 --topic T --group G --mode normal --run R --messages N
 //
@@ -23,15 +24,12 @@ import (
 	"github.com/rmqflow/rmqflow/client"
 )
 
-const (
-	batchSize   = 32
-	invisible   = 60 * time.Second
-	longPolling = 5 * time.Second
-	ackAttempts = 3
-)
+const ackAttempts = 3
 
 func main() {
-	peerkit.Main("raw", []string{"normal", "lite"}, consume)
+	peerkit.Main(peerkit.Peer{Name: "raw", Variants: []peerkit.Variant{
+		{Name: "raw", Modes: []string{"normal", "lite"}, Consume: consume},
+	}})
 }
 
 func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
@@ -46,7 +44,7 @@ func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 		_ = c.Close(cctx)
 	}()
 	sc := client.SessionConfig{Type: client.SimpleConsumer, Group: f.Group,
-		Subscriptions: []client.Subscription{{Topic: f.Topic}}, LongPollingTimeout: longPolling}
+		Subscriptions: []client.Subscription{{Topic: f.Topic}}, LongPollingTimeout: f.Await}
 	if f.Lite() {
 		sc.Type, sc.LiteWildcard = client.LiteSimpleConsumer, true
 	}
@@ -66,13 +64,19 @@ func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 	return nil
 }
 
-// receive is one receiving goroutine.
+// receive is one receiving goroutine: one concurrency slot.
 func receive(ctx context.Context, c *client.Client, f peerkit.Flags, t *peerkit.Tracker, acks *sync.WaitGroup) {
 	req := client.ReceiveRequest{Group: f.Group, Topic: f.Topic, Lite: f.Lite(),
-		BatchSize: batchSize, InvisibleDuration: invisible, LongPollingTimeout: longPolling}
+		BatchSize: f.Batch, InvisibleDuration: f.Invisible, LongPollingTimeout: f.Await}
 	for ctx.Err() == nil {
 		msgs, err := c.Receive(ctx, req)
-		at := t.Received(len(msgs))
+		if err != nil && len(msgs) == 0 && ctx.Err() != nil {
+			return
+		}
+		at := t.Receive(len(msgs))
+		for range msgs {
+			f.Delay(ctx)
+		}
 		if len(msgs) > 0 {
 			acks.Add(1)
 			go func() {
@@ -111,7 +115,7 @@ func ack(ctx context.Context, c *client.Client, f peerkit.Flags, t *peerkit.Trac
 				continue
 			}
 			m := msgs[i]
-			t.Acked(m.MessageID, f.Mine(m.Keys, m.LiteTopic), at)
+			t.Ack(peerkit.Delivery{ID: m.MessageID, Mine: f.Mine(m.Keys, m.LiteTopic), LiteTopic: m.LiteTopic, Born: m.BornTime, Received: at})
 		}
 		return
 	}

@@ -1,12 +1,23 @@
-// Command rmqflow is rmqflow's own contender in the benchmark: an rmqflow
-// Source (FetchConcurrency = --concurrency, MaxMessageNum 32, invisible 60 s)
-// whose messages are acked through the pooled, batched Acker without waiting
-// for each ack. Both modes. It prints one JSON line on stdout (see
-// bench/README.md).
+// Command rmqflow is rmqflow's own contender in the benchmark, in three
+// variants (--variant; bench/README.md says why each is configured so):
+//
+//   - loop: a Source (FetchConcurrency = --concurrency) read with Next, each
+//     message acked with Acker.AckAsync, whose pool coalesces acks into
+//     multi-entry RPCs; with --handler-delay, --concurrency goroutines call
+//     Next and sleep before acking.
+//   - runner: rmqflow.Runner (Concurrency = --concurrency workers) whose
+//     handler sleeps --handler-delay and returns rmqflow.Ack().
+//   - runner-throttle: the same Runner with SetThrottle(NewThrottle(FairShare
+//     with its defaults)).
+//
+// Both modes. --fetch overrides the FetchConcurrency. It prints one JSON line
+// on stdout (see bench/README.md).
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -17,22 +28,65 @@ import (
 	"github.com/rmqflow/rmqflow/bench/internal/peerkit"
 )
 
+var fetchFlag int
+
 func main() {
-	peerkit.Main("rmqflow", []string{"normal", "lite"}, consume)
+	both := []string{"normal", "lite"}
+	peerkit.Main(peerkit.Peer{Name: "rmqflow",
+		Variants: []peerkit.Variant{
+			{Name: "loop", Modes: both, Consume: loop},
+			{Name: "runner", Modes: both, Consume: func(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+				return runner(ctx, f, t, false)
+			}},
+			{Name: "runner-throttle", Modes: both, Consume: func(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+				return runner(ctx, f, t, true)
+			}},
+		},
+		Flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&fetchFlag, "fetch", 0, "rmqflow: SourceConfig.FetchConcurrency (0: the variant's default, see bench/README.md)")
+		},
+	})
 }
 
-func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+// fetchConcurrency is the Source's FetchConcurrency for f: --fetch, else
+// --concurrency for every variant (bench/README.md: the A/B behind it).
+func fetchConcurrency(f peerkit.Flags) int {
+	if fetchFlag > 0 {
+		return fetchFlag
+	}
+	return f.Concurrency
+}
+
+func newSource(f peerkit.Flags, m *meter) (*rmqflow.Source[[]byte], error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cfg := rmqflow.SourceConfig{
-		Connection:       rmqflow.Connection{Endpoints: f.Endpoint, Logger: log},
-		FetchConcurrency: f.Concurrency, AwaitDuration: 5 * time.Second, InvisibleDuration: 60 * time.Second,
+		Connection:       rmqflow.Connection{Endpoints: f.Endpoint, Logger: log, Meter: m},
+		FetchConcurrency: fetchConcurrency(f), MaxMessageNum: f.Batch,
+		AwaitDuration: f.Await, InvisibleDuration: f.Invisible,
 	}
 	if f.Lite() {
 		cfg.Lite = []rmqflow.LiteBinding{{Topic: f.Topic, Group: f.Group}}
 	} else {
 		cfg.Mode, cfg.Topic, cfg.Group = rmqflow.ModeSimple, f.Topic, f.Group
 	}
-	src, err := rmqflow.NewSource(cfg, rmqflow.BytesDecoder())
+	return rmqflow.NewSource(cfg, rmqflow.BytesDecoder())
+}
+
+func delivery(f peerkit.Flags, m *rmqflow.AckableMessage[[]byte]) peerkit.Delivery {
+	return peerkit.Delivery{ID: m.Meta.MessageID, Mine: f.Mine(m.Meta.Keys, m.Meta.LiteTopic),
+		LiteTopic: m.Meta.LiteTopic, Born: m.Meta.BornTime, Received: m.Meta.ReceivedAt}
+}
+
+func closeSource(src *rmqflow.Source[[]byte]) {
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = src.Close(cctx)
+}
+
+// loop: Next, then AckAsync; a goroutine per ack waits for its future to
+// tell the tracker when the ack returned.
+func loop(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+	src, err := newSource(f, &meter{t: t})
 	if err != nil {
 		return err
 	}
@@ -40,45 +94,97 @@ func consume(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 		_ = src.Close(context.Background())
 		return err
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = src.Close(cctx)
-	}()
+	defer closeSource(src)
 	acker := src.Acker()
-	// The pool counts its AckMessage RPCs; hand them to the tracker before
-	// each ack is recorded, so the count is complete when the goal is met.
-	var rpcMu sync.Mutex
-	counted := acker.Stats().AckRPCs
-	syncRPCs := func() {
-		rpcMu.Lock()
-		defer rpcMu.Unlock()
-		now := acker.Stats().AckRPCs
-		for ; counted < now; counted++ {
-			t.AckRPC()
-		}
+	t.AckRPCSource(func() int64 { return acker.Stats().AckRPCs })
+	workers := 1 // Next never blocks on an ack: one loop keeps up
+	if f.HandlerDelay > 0 {
+		workers = f.Concurrency // each sleeps in its slot
 	}
-	var wg sync.WaitGroup
-	for {
-		m, err := src.Next(ctx)
-		if err != nil {
-			break // the tracker reached its goal (ctx cancelled) or the run timed out
-		}
-		at := t.Received(1)
-		mine := f.Mine(m.Meta.Keys, m.Meta.LiteTopic)
-		fut := acker.AckAsync(ctx, m.Handle)
+	var wg, acks sync.WaitGroup
+	var failed error
+	var once sync.Once
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			<-fut.Done()
-			if fut.Err() != nil {
-				fmt.Fprintf(os.Stderr, "rmqflow: ack %s: %v\n", m.Handle.String(), fut.Err())
-				return
+			for {
+				m, err := src.Next(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						once.Do(func() { failed = err })
+					}
+					return
+				}
+				f.Delay(ctx)
+				d := delivery(f, m)
+				fut := acker.AckAsync(ctx, m.Handle)
+				acks.Add(1)
+				go func() {
+					defer acks.Done()
+					<-fut.Done()
+					if err := fut.Err(); err != nil {
+						if ctx.Err() == nil {
+							fmt.Fprintf(os.Stderr, "rmqflow: ack %s: %v\n", m.Handle.String(), err)
+						}
+						return
+					}
+					t.Ack(d)
+				}()
 			}
-			syncRPCs()
-			t.Acked(m.Meta.MessageID, mine, at)
 		}()
 	}
 	wg.Wait()
+	acks.Wait()
+	return failed
+}
+
+// runner: rmqflow.Runner with a handler returning Ack(); the acks' returns
+// are seen through the ack.results metric (see fifo).
+func runner(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker, throttled bool) error {
+	q := &fifo{}
+	m := &meter{t: t, acked: func(ok bool) {
+		d, found := q.pop()
+		switch {
+		case !found:
+			fmt.Fprintln(os.Stderr, "rmqflow: an ack result with no message waiting for it")
+		case ok:
+			t.Ack(d)
+		default:
+			fmt.Fprintf(os.Stderr, "rmqflow: an ack failed (attributed to %s)\n", d.ID)
+		}
+	}}
+	src, err := newSource(f, m)
+	if err != nil {
+		return err
+	}
+	acker := src.Acker()
+	t.AckRPCSource(func() int64 { return acker.Stats().AckRPCs })
+	h := func(ctx context.Context, msg *rmqflow.AckableMessage[[]byte]) (rmqflow.Decision, error) {
+		f.Delay(ctx)
+		q.push(delivery(f, msg))
+		return rmqflow.Ack(), nil
+	}
+	r, err := rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{Concurrency: f.Concurrency})
+	if err != nil {
+		_ = src.Close(context.Background())
+		return err
+	}
+	if throttled {
+		p, err := rmqflow.FairShare[[]byte](rmqflow.FairShareConfig{})
+		if err != nil {
+			_ = src.Close(context.Background())
+			return err
+		}
+		th, err := rmqflow.NewThrottle(acker, p, rmqflow.ThrottleConfig{})
+		if err != nil {
+			_ = src.Close(context.Background())
+			return err
+		}
+		r.SetThrottle(th)
+	}
+	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
 	return nil
 }
