@@ -139,7 +139,7 @@ func (b *broker) liteCursorOf(tk resKey, lite string, g *group) *liteCursor {
 	if lq == nil {
 		return nil
 	}
-	return lq.cursors[g]
+	return lq.cursorOf(g)
 }
 
 // changeInvisible applies ChangeInvisibleDuration and returns the new handle.

@@ -18,7 +18,7 @@ import (
 // long-poll batches of 32 and ack each batch in one AckMessage. It reports
 // msg/s (each message produced, received and acked once).
 func BenchmarkProduceReceiveAck(b *testing.B) {
-	benchmarkPipeline(b, false)
+	benchmarkPipeline(b, 0)
 }
 
 // BenchmarkProduceReceiveAckLite is the same through a LITE main topic with
@@ -26,10 +26,25 @@ func BenchmarkProduceReceiveAck(b *testing.B) {
 // (docs/broker-semantics.md, scenario k), so producing costs more; acks
 // still go 32 to an AckMessage.
 func BenchmarkProduceReceiveAckLite(b *testing.B) {
-	benchmarkPipeline(b, true)
+	benchmarkPipeline(b, 64)
 }
 
-func benchmarkPipeline(b *testing.B, lite bool) {
+// BenchmarkProduceReceiveAckLiteTopics is the lite pipeline with its
+// messages spread over 100, 200,000 or 1,000,000 lite topics, round-robin:
+// with many lite topics each holds a message or two at a time, and the
+// emulator keeps (and frees) state for every one of them.
+//
+//	go test -run '^$' -bench ProduceReceiveAckLiteTopics -benchtime 200000x ./rmqfake
+func BenchmarkProduceReceiveAckLiteTopics(b *testing.B) {
+	for _, n := range []int{100, 200_000, 1_000_000} {
+		b.Run(fmt.Sprintf("lite=%d", n), func(b *testing.B) { benchmarkPipeline(b, n) })
+	}
+}
+
+// benchmarkPipeline runs the pipeline on a normal topic (liteTopics 0) or a
+// LITE topic with that many lite topics.
+func benchmarkPipeline(b *testing.B, liteTopics int) {
+	lite := liteTopics > 0
 	const (
 		topic, group = "bench", "bench-g"
 		batch        = 32
@@ -77,7 +92,8 @@ func benchmarkPipeline(b *testing.B, lite bool) {
 		go func() {
 			defer wg.Done()
 			for {
-				n := min(batch, total-produced.Add(batch)+batch)
+				start := produced.Add(batch) - batch
+				n := min(batch, total-start)
 				if n <= 0 {
 					return
 				}
@@ -85,7 +101,7 @@ func benchmarkPipeline(b *testing.B, lite bool) {
 				for i := range msgs {
 					msgs[i] = &client.Message{Topic: topic, Body: body}
 					if lite {
-						msgs[i].LiteTopic = fmt.Sprintf("l%02d", (int(produced.Load())+i)%64)
+						msgs[i].LiteTopic = fmt.Sprintf("l%02d", (start+int64(i))%int64(liteTopics))
 					}
 				}
 				res, err := prod.Send(ctx, msgs...)

@@ -25,6 +25,8 @@ type broker struct {
 	liteSubs   map[string]*liteSub // by client id
 	timers     map[*btimer]struct{}
 	closed     bool
+	// strs interns strings many messages repeat (born hosts).
+	strs map[string]string
 
 	pollers int
 	changed chan struct{} // closed and replaced when pollers or sessions change
@@ -41,11 +43,25 @@ func newBroker(c Clock, auto, fastDispatch bool) *broker {
 		sessions:     map[string]*session{},
 		liteSubs:     map[string]*liteSub{},
 		timers:       map[*btimer]struct{}{},
+		strs:         map[string]string{},
 		changed:      make(chan struct{}),
 	}
 }
 
 func (b *broker) nowMS() int64 { return b.clock.Now().UnixMilli() }
+
+// intern returns s, or an equal string the broker already keeps (at most
+// 4096 of them), so that messages repeating it share one. Call it with b.mu
+// held.
+func (b *broker) intern(s string) string {
+	if v, ok := b.strs[s]; ok {
+		return v
+	}
+	if len(b.strs) < 4096 {
+		b.strs[s] = s
+	}
+	return s
+}
 
 // btimer is a broker timer: its function runs with b.mu held, unless the
 // timer was stopped (under b.mu) first or the broker is closed.
@@ -188,7 +204,8 @@ func (b *broker) liteQueue(t *topic, name string, create bool) *liteQueue {
 	if lq := t.lite[name]; lq != nil || !create {
 		return lq
 	}
-	lq := &liteQueue{main: t, name: name, q: queue{base: t.liteSeq}, cursors: map[*group]*liteCursor{}}
+	lq := &liteQueue{main: t, name: name, q: queue{base: t.liteSeq}}
+	lq.cursors = lq.one[:0]
 	t.lite[name] = lq
 	for _, g := range b.boundGroups(t) {
 		if g.wildcard {
@@ -206,11 +223,15 @@ func (b *broker) liteQueue(t *topic, name string, create bool) *liteQueue {
 // cursor returns g's position in lq, creating it at the oldest retained
 // message.
 func (b *broker) cursor(lq *liteQueue, g *group) *liteCursor {
-	if c := lq.cursors[g]; c != nil {
+	if c := lq.cursorOf(g); c != nil {
 		return c
 	}
-	c := &liteCursor{lq: lq, g: g, ord: ordered{committed: lq.q.base}}
-	lq.cursors[g] = c
+	c := &lq.c0
+	if len(lq.cursors) > 0 {
+		c = &liteCursor{}
+	}
+	*c = liteCursor{lq: lq, g: g, ord: ordered{committed: lq.q.base}}
+	lq.cursors = append(lq.cursors, c)
 	b.liteReady(c)
 	return c
 }

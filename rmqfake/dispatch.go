@@ -91,7 +91,7 @@ func (b *broker) fullDispatch(g *group) {
 		return
 	}
 	for _, lq := range main.lite {
-		if c := lq.cursors[g]; c != nil {
+		if c := lq.cursorOf(g); c != nil {
 			b.liteReady(c)
 		}
 	}

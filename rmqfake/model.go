@@ -1,10 +1,10 @@
 package rmqfake
 
 import (
+	"crypto/md5"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // TopicType is the message type a topic accepts (the broker's
@@ -62,35 +62,91 @@ func (t TopicType) proto() v2.MessageType {
 }
 
 // message is one stored message. Messages are immutable once stored; a retry
-// or dead-letter copy is a new message sharing the body.
+// or dead-letter copy is a new message sharing the body. It is kept compact
+// (issue 9 bounds it to 1 KB beyond the body; it takes about 200 B): the
+// protobuf objects a delivery carries (timestamps, digest, the lite dispatch
+// property) are rendered per delivery from plain fields, and what most
+// messages leave empty lives in x.
 type message struct {
-	seq       uint64 // unique per server, like a commit-log offset
-	id        string
-	topic     resKey // where it is stored: the main topic of a lite message, %DLQ%<group> for a dead-letter copy
-	lite      string
-	main      resKey // the LITE main topic of a lite message
-	tag       string
-	keys      []string
-	props     map[string]string
-	msgGroup  string
-	body      []byte
-	digest    *v2.Digest             // MD5 of body, as the proxy sends it
-	bornTS    *timestamppb.Timestamp // born, rendered once (shared read-only by deliveries)
-	storedTS  *timestamppb.Timestamp
-	mtype     v2.MessageType
-	born      time.Time
-	bornHost  string
-	stored    time.Time
-	deliverAt time.Time // delayed messages
-	trace     string
-	queueID   int32
-	offset    int64 // offset in the queue that holds it
+	seq   uint64 // unique per server, like a commit-log offset
+	id    string
+	store *topic // where it is stored: the main topic of a lite message, %DLQ%<group> for a dead-letter copy
+	main  *topic // the LITE main topic of a lite message
+	lite  string
+	// bornHost is interned per server: most messages share a few hosts.
+	bornHost string
+	body     []byte
+	props    map[string]string // user properties as sent; shared read-only
+	x        *msgExtra         // nil when every field of it is empty
+	sum      [md5.Size]byte    // MD5 of body, sent as the body digest
+	// born and stored are rendered as protobuf timestamps: born as the client
+	// sent it (0, 0 when it sent none), stored on the server's clock.
+	bornSec, storedSec     int64
+	bornNanos, storedNanos int32
+	mtype                  v2.MessageType
+	queueID                int32
+	offset                 int64 // offset in the queue that holds it
 	// hoffset is the offset written into receipt handles. It equals offset,
 	// except for the copy of a lite message that went to the DLQ: that copy
 	// keeps the original's offset, which is why acking it never commits
 	// (docs/broker-semantics.md, scenario g).
 	hoffset   int64
 	reconsume int32 // delivery attempts already made (retry copies)
+	// lmq: a lite message dispatched to its lite topic, whose properties
+	// carry INNER_MULTI_DISPATCH=%LMQ%$<main>$<lite> (added when rendered).
+	lmq bool
+}
+
+// msgExtra holds the message fields most messages leave empty.
+type msgExtra struct {
+	keys      []string
+	tag       string
+	msgGroup  string
+	trace     string
+	deliverAt time.Time // delayed messages
+}
+
+func (m *message) keys() []string {
+	if m.x == nil {
+		return nil
+	}
+	return m.x.keys
+}
+
+func (m *message) tag() string {
+	if m.x == nil {
+		return ""
+	}
+	return m.x.tag
+}
+
+func (m *message) msgGroup() string {
+	if m.x == nil {
+		return ""
+	}
+	return m.x.msgGroup
+}
+
+func (m *message) trace() string {
+	if m.x == nil {
+		return ""
+	}
+	return m.x.trace
+}
+
+func (m *message) deliverAt() time.Time {
+	if m.x == nil {
+		return time.Time{}
+	}
+	return m.x.deliverAt
+}
+
+// extra returns m.x, creating it.
+func (m *message) extra() *msgExtra {
+	if m.x == nil {
+		m.x = &msgExtra{}
+	}
+	return m.x
 }
 
 func (m *message) size() int { return len(m.body) }
@@ -222,10 +278,26 @@ type checkpoint struct {
 
 // liteQueue is one lite topic of a LITE main topic: one ordered queue.
 type liteQueue struct {
-	main    *topic
-	name    string
-	q       queue
-	cursors map[*group]*liteCursor
+	main *topic
+	name string
+	q    queue
+	// cursors are the positions of the groups reading it (one per group;
+	// a main topic has few groups, so a slice beats a map). The first one
+	// lives in c0 and the slice starts on one: a lite topic read by one
+	// group is a single allocation.
+	cursors []*liteCursor
+	one     [1]*liteCursor
+	c0      liteCursor
+}
+
+// cursorOf returns g's position in lq, or nil.
+func (lq *liteQueue) cursorOf(g *group) *liteCursor {
+	for _, c := range lq.cursors {
+		if c.g == g {
+			return c
+		}
+	}
+	return nil
 }
 
 // liteCursor is a group's ordered position in one lite topic.

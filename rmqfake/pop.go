@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // filter is a TAG filter; a nil set matches every message.
@@ -41,7 +40,7 @@ func parseFilter(fe *v2.FilterExpression) (filter, *failure) {
 	return f, nil
 }
 
-func (f filter) match(m *message) bool { return f.tags == nil || f.tags[m.tag] }
+func (f filter) match(m *message) bool { return f.tags == nil || f.tags[m.tag()] }
 
 // popRequest is one ReceiveMessage, validated.
 type popRequest struct {
@@ -353,15 +352,16 @@ func (b *broker) deadLetter(g *group, m *message) {
 	}
 	b.seq++
 	cp := *m
-	cp.seq, cp.topic, cp.stored, cp.hoffset, cp.reconsume = b.seq, k, b.clock.Now(), -1, 0
-	cp.storedTS = timestamppb.New(cp.stored)
+	now := b.clock.Now()
+	cp.seq, cp.store, cp.hoffset, cp.reconsume = b.seq, t, -1, 0
+	cp.storedSec, cp.storedNanos = now.Unix(), int32(now.Nanosecond())
 	b.append(t, []*message{&cp})
 	t.sent++
 	if m.lite == "" {
 		return
 	}
-	main := b.topics[m.main]
-	if main == nil || main.lite == nil {
+	main := m.main
+	if main == nil || main.lite == nil || b.topics[main.key] != main {
 		return
 	}
 	b.seq++

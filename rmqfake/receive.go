@@ -2,6 +2,7 @@ package rmqfake
 
 import (
 	"context"
+	"crypto/md5"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -187,39 +188,77 @@ func (b *broker) nack(r *popRequest, t *topic, ds []delivered) {
 }
 
 // toProto renders a delivery as the proxy does (GrpcConverter.buildMessage).
+// The protobuf objects of one delivery are allocated together; the ones the
+// message shares with other deliveries (body, properties, keys) are only
+// read while the response is written.
 func (b *broker) toProto(d delivered, storeHost string) *v2.Message {
 	m := d.m
-	sp := &v2.SystemProperties{
-		Keys:            m.keys,
-		MessageId:       m.id,
-		BodyDigest:      m.digest,
-		BodyEncoding:    v2.Encoding_IDENTITY,
-		MessageType:     m.mtype,
-		BornTimestamp:   m.bornTS,
-		BornHost:        m.bornHost,
-		StoreTimestamp:  m.storedTS,
-		StoreHost:       storeHost,
-		ReceiptHandle:   ptr(d.handle.String()),
-		QueueId:         m.queueID,
-		QueueOffset:     ptr(d.handle.offset),
-		DeliveryAttempt: ptr(d.attempt),
+	r := &rendered{offset: d.handle.offset, attempt: d.attempt}
+	r.born = timestamppb.Timestamp{Seconds: m.bornSec, Nanos: m.bornNanos}
+	r.stored = timestamppb.Timestamp{Seconds: m.storedSec, Nanos: m.storedNanos}
+	r.digest.Type, r.digest.Checksum = v2.DigestType_MD5, hexUpper(m.sum)
+	r.handle = d.handle.String()
+	sp := &r.sp
+	sp.Keys = m.keys()
+	sp.MessageId = m.id
+	sp.BodyDigest = &r.digest
+	sp.BodyEncoding = v2.Encoding_IDENTITY
+	sp.MessageType = m.mtype
+	sp.BornTimestamp = &r.born
+	sp.BornHost = m.bornHost
+	sp.StoreTimestamp = &r.stored
+	sp.StoreHost = storeHost
+	sp.ReceiptHandle = &r.handle
+	sp.QueueId = m.queueID
+	sp.QueueOffset = &r.offset
+	sp.DeliveryAttempt = &r.attempt
+	if tag := m.tag(); tag != "" {
+		sp.Tag = &tag
 	}
-	if m.tag != "" {
-		sp.Tag = ptr(m.tag)
-	}
-	if m.msgGroup != "" {
-		sp.MessageGroup = ptr(m.msgGroup)
+	if g := m.msgGroup(); g != "" {
+		sp.MessageGroup = &g
 	}
 	if m.lite != "" {
-		sp.LiteTopic = ptr(m.lite)
+		r.lite = m.lite
+		sp.LiteTopic = &r.lite
 	}
-	if !m.deliverAt.IsZero() {
-		sp.DeliveryTimestamp = timestamppb.New(m.deliverAt)
+	if at := m.deliverAt(); !at.IsZero() {
+		sp.DeliveryTimestamp = timestamppb.New(at)
 	}
-	if m.trace != "" {
-		sp.TraceContext = ptr(m.trace)
+	if tc := m.trace(); tc != "" {
+		sp.TraceContext = &tc
 	}
-	return &v2.Message{Topic: m.topic.proto(), UserProperties: m.props, SystemProperties: sp, Body: m.body}
+	props := m.props
+	if m.lmq {
+		props = withProp(props, "INNER_MULTI_DISPATCH", "%LMQ%$"+m.main.key.name+"$"+m.lite)
+	}
+	r.res.ResourceNamespace, r.res.Name = m.store.key.ns, m.store.key.name
+	r.msg.Topic, r.msg.UserProperties, r.msg.SystemProperties, r.msg.Body = &r.res, props, sp, m.body
+	return &r.msg
+}
+
+// rendered holds the protobuf objects of one delivered message.
+type rendered struct {
+	msg     v2.Message
+	sp      v2.SystemProperties
+	res     v2.Resource
+	born    timestamppb.Timestamp
+	stored  timestamppb.Timestamp
+	digest  v2.Digest
+	handle  string
+	lite    string
+	offset  int64
+	attempt int32
+}
+
+// hexUpper renders an MD5 sum as the proxy does: upper-case hex.
+func hexUpper(sum [md5.Size]byte) string {
+	const digits = "0123456789ABCDEF"
+	var out [2 * md5.Size]byte
+	for i, c := range sum {
+		out[2*i], out[2*i+1] = digits[c>>4], digits[c&15]
+	}
+	return string(out[:])
 }
 
 func ptr[T any](v T) *T { return &v }

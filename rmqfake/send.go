@@ -2,14 +2,12 @@ package rmqfake
 
 import (
 	"crypto/md5"
-	"encoding/hex"
 	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // send stores the messages of one SendMessage request, as the 5.5.0 proxy
@@ -17,13 +15,13 @@ import (
 // answered with a single entry; a batch of lite messages is stored in the main
 // topic but never dispatched to its lite topics (scenario k).
 func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessageResponse {
-	msgs, f := b.buildMessages(req, ns, peer)
+	msgs, k, f := b.buildMessages(req, ns, peer)
 	if f != nil {
 		return &v2.SendMessageResponse{Status: f.status()}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t, f := b.sendTarget(msgs[0])
+	t, f := b.sendTarget(k, msgs[0])
 	if f != nil {
 		return &v2.SendMessageResponse{Status: f.status()}
 	}
@@ -31,12 +29,12 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 	for _, m := range msgs {
 		b.seq++
 		m.seq = b.seq
-		m.stored = now
-		m.storedTS = timestamppb.New(now)
-		m.topic = t.key
+		m.storedSec, m.storedNanos = now.Unix(), int32(now.Nanosecond())
+		m.store = t
 		m.hoffset = -1
+		m.bornHost = b.intern(m.bornHost)
 		if m.lite != "" {
-			m.main = t.key
+			m.main = t
 		}
 	}
 	t.sent += int64(len(msgs))
@@ -44,14 +42,15 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 	switch {
 	case len(msgs) == 1 && first.lite != "":
 		lq := b.liteQueue(t, first.lite, true)
-		first.props = withProp(first.props, "INNER_MULTI_DISPATCH", "%LMQ%$"+t.key.name+"$"+first.lite)
+		first.lite = lq.name // one string per lite topic
+		first.lmq = true     // rendered with INNER_MULTI_DISPATCH (dispatchProps)
 		lq.q.push(first)
 		t.liteSeq++
 		for _, c := range lq.cursors {
 			b.liteReady(c)
 		}
 		b.wake(t)
-	case !first.deliverAt.IsZero() && first.deliverAt.After(now):
+	case !first.deliverAt().IsZero() && first.deliverAt().After(now):
 		for _, m := range msgs {
 			b.schedule(t, m)
 		}
@@ -73,7 +72,7 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 // the next one round-robin.
 func (b *broker) append(t *topic, msgs []*message) {
 	var qi int
-	if g := msgs[0].msgGroup; g != "" {
+	if g := msgs[0].msgGroup(); g != "" {
 		h := fnv.New32a()
 		h.Write([]byte(g))
 		qi = int(h.Sum32() % uint32(len(t.queues)))
@@ -94,7 +93,7 @@ func (b *broker) schedule(t *topic, m *message) {
 		t.scheduled = map[*btimer]*message{}
 	}
 	var tm *btimer
-	tm = b.after(m.deliverAt.UnixMilli(), func() {
+	tm = b.after(m.deliverAt().UnixMilli(), func() {
 		delete(t.scheduled, tm)
 		b.append(t, []*message{m})
 	})
@@ -103,8 +102,7 @@ func (b *broker) schedule(t *topic, m *message) {
 
 // sendTarget checks the topic and the message type as the proxy does
 // (ProducerProcessor with enableTopicMessageTypeCheck).
-func (b *broker) sendTarget(m *message) (*topic, *failure) {
-	k := m.topic
+func (b *broker) sendTarget(k resKey, m *message) (*topic, *failure) {
 	t := b.topics[k]
 	if t == nil && b.auto && !strings.HasPrefix(k.name, dlqPrefix) && !strings.HasPrefix(k.name, retryPrefix) {
 		t = b.newTopic(k, typeOf(m), 0)
@@ -131,9 +129,9 @@ func (b *broker) sendTarget(m *message) (*topic, *failure) {
 // does: delay before FIFO before lite.
 func typeOf(m *message) TopicType {
 	switch {
-	case !m.deliverAt.IsZero():
+	case !m.deliverAt().IsZero():
 		return TopicDelay
-	case m.msgGroup != "":
+	case m.msgGroup() != "":
 		return TopicFIFO
 	case m.lite != "":
 		return TopicLite
@@ -142,30 +140,31 @@ func typeOf(m *message) TopicType {
 }
 
 // buildMessages validates a request the way SendMessageActivity does and
-// converts its messages.
-func (b *broker) buildMessages(req *v2.SendMessageRequest, ns, peer string) ([]*message, *failure) {
+// converts its messages, all for topic k.
+func (b *broker) buildMessages(req *v2.SendMessageRequest, ns, peer string) (msgs []*message, k resKey, _ *failure) {
 	if len(req.GetMessages()) == 0 {
-		return nil, fail(v2.Code_MESSAGE_CORRUPTED, "no message to send")
+		return nil, k, fail(v2.Code_MESSAGE_CORRUPTED, "no message to send")
 	}
 	first := req.GetMessages()[0].GetTopic()
 	if f := checkTopic(first.GetName()); f != nil {
-		return nil, f
+		return nil, k, f
 	}
+	k = key(first, ns)
 	out := make([]*message, 0, len(req.GetMessages()))
 	for _, pm := range req.GetMessages() {
 		if pm.GetTopic().GetName() != first.GetName() || pm.GetTopic().GetResourceNamespace() != first.GetResourceNamespace() {
-			return nil, fail(v2.Code_MESSAGE_CORRUPTED, "topic in message is not same")
+			return nil, k, fail(v2.Code_MESSAGE_CORRUPTED, "topic in message is not same")
 		}
-		m, f := b.buildMessage(pm, ns, peer)
+		m, f := b.buildMessage(pm, peer)
 		if f != nil {
-			return nil, f
+			return nil, k, f
 		}
 		out = append(out, m)
 	}
-	return out, nil
+	return out, k, nil
 }
 
-func (b *broker) buildMessage(pm *v2.Message, ns, peer string) (*message, *failure) {
+func (b *broker) buildMessage(pm *v2.Message, peer string) (*message, *failure) {
 	sp := pm.GetSystemProperties()
 	body := pm.GetBody()
 	switch {
@@ -218,27 +217,34 @@ func (b *broker) buildMessage(pm *v2.Message, ns, peer string) (*message, *failu
 	}
 	m := &message{
 		id:       sp.GetMessageId(),
-		topic:    key(pm.GetTopic(), ns),
-		tag:      tag,
-		keys:     sp.GetKeys(),
 		props:    pm.GetUserProperties(),
 		body:     body,
 		mtype:    sp.GetMessageType(),
 		bornHost: sp.GetBornHost(),
-		trace:    sp.GetTraceContext(),
+	}
+	if tag != "" {
+		m.extra().tag = tag
+	}
+	if keys := sp.GetKeys(); len(keys) > 0 {
+		m.extra().keys = keys
+	}
+	if tc := sp.GetTraceContext(); tc != "" {
+		m.extra().trace = tc
 	}
 	if m.bornHost == "" {
 		m.bornHost = peer
 	}
-	if ts := sp.GetBornTimestamp(); ts.IsValid() {
-		m.born = ts.AsTime()
+	// A born timestamp the client did not send (or the zero time) is
+	// rendered as the empty Timestamp.
+	if ts := sp.GetBornTimestamp(); ts.IsValid() && !ts.AsTime().IsZero() {
+		m.bornSec, m.bornNanos = ts.GetSeconds(), ts.GetNanos()
 	}
 	if ts := sp.GetDeliveryTimestamp(); sp.DeliveryTimestamp != nil {
 		at := ts.AsTime()
 		if at.Sub(b.clock.Now()) > maxDelay*time.Millisecond {
 			return nil, fail(v2.Code_ILLEGAL_DELIVERY_TIME, "the max delay time of message is too large, max is %d", maxDelay)
 		}
-		m.deliverAt = at
+		m.extra().deliverAt = at
 	}
 	if g := sp.GetMessageGroup(); g != "" {
 		switch {
@@ -249,7 +255,7 @@ func (b *broker) buildMessage(pm *v2.Message, ns, peer string) (*message, *failu
 		case hasControl(g):
 			return nil, fail(v2.Code_ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character")
 		}
-		m.msgGroup = g
+		m.extra().msgGroup = g
 	}
 	if lt := sp.GetLiteTopic(); lt != "" {
 		if f := checkLiteTopic(lt); f != nil {
@@ -257,12 +263,7 @@ func (b *broker) buildMessage(pm *v2.Message, ns, peer string) (*message, *failu
 		}
 		m.lite = lt
 	}
-	sum := md5.Sum(body)
-	m.digest = &v2.Digest{Type: v2.DigestType_MD5, Checksum: strings.ToUpper(hex.EncodeToString(sum[:]))}
-	m.bornTS = timestamppb.New(m.born)
-	if m.born.IsZero() {
-		m.bornTS = &timestamppb.Timestamp{}
-	}
+	m.sum = md5.Sum(body)
 	return m, nil
 }
 

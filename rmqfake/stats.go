@@ -120,7 +120,8 @@ func (s *Server) Stats() Stats {
 				ls := LiteTopicStats{Stored: int64(len(lq.q.msgs))}
 				ts.Stored += ls.Stored
 				st.Held += ls.Stored
-				for g, c := range lq.cursors {
+				for _, c := range lq.cursors {
+					g := c.g
 					cc := c.counts(now)
 					ls.Counts.add(cc)
 					gs := groupStats(g)
