@@ -20,7 +20,6 @@ type callMeta struct {
 	version  string
 	dateTime string
 	authz    string
-	peer     string
 }
 
 func metaOf(ctx context.Context) callMeta {
@@ -38,10 +37,16 @@ func metaOf(ctx context.Context) callMeta {
 		dateTime: get("x-mq-date-time"),
 		authz:    get("authorization"),
 	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		m.peer = p.Addr.String()
-	}
 	return m
+}
+
+// peerOf is the address of the client (rendered only where it is used: the
+// born host of a message sent without one).
+func peerOf(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 // languages are the values of the broker's LanguageCode enum; x-mq-language

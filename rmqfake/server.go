@@ -12,7 +12,9 @@ import (
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 )
 
 // DefaultAddr is where a Server listens when no address is given: a random
@@ -134,6 +136,10 @@ func (s *Server) serve(lis net.Listener) {
 	gs := grpc.NewServer(
 		grpc.MaxRecvMsgSize(130<<20),
 		grpc.MaxSendMsgSize(130<<20),
+		// gRPC's default pool hands a 1 MiB buffer (cleared on every Get) to
+		// any message above 32 KiB, such as a SendMessage of 32 1-KiB
+		// messages; finer tiers clear less.
+		experimental.BufferPool(bufferPool),
 		grpc.WaitForHandlers(true),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
@@ -149,6 +155,16 @@ func (s *Server) serve(lis net.Listener) {
 		}
 	}()
 }
+
+// bufferPool is the gRPC buffer pool of every Server: power-of-two tiers
+// from 256 B to 4 MiB.
+var bufferPool = func() mem.BufferPool {
+	var sizes []int
+	for s := 256; s <= 4<<20; s *= 2 {
+		sizes = append(sizes, s)
+	}
+	return mem.NewTieredBufferPool(sizes...)
+}()
 
 // Addr returns the address clients connect to ("127.0.0.1:port").
 func (s *Server) Addr() string { return s.addr }

@@ -110,7 +110,7 @@ func (x *service) QueryRoute(ctx context.Context, req *v2.QueryRouteRequest) (*v
 
 func (x *service) SendMessage(ctx context.Context, req *v2.SendMessageRequest) (*v2.SendMessageResponse, error) {
 	m := metaOf(ctx)
-	return x.s.b.send(req, m.ns, m.peer), nil
+	return x.s.b.send(req, m.ns, peerOf(ctx)), nil
 }
 
 func (x *service) AckMessage(ctx context.Context, req *v2.AckMessageRequest) (*v2.AckMessageResponse, error) {
