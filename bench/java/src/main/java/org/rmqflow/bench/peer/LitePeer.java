@@ -13,8 +13,16 @@ import org.apache.rocketmq.client.java.impl.consumer.LitePushConsumerImpl;
  * no LiteSimpleConsumer), bound to --topic in the wildcard group --group, with
  * --concurrency consumption threads and a listener that returns SUCCESS
  * (after the --handler-delay sleep), after which the client acks the message
- * (one AckMessage RPC per message). Cache sizes as in {@link PushPeer}.
- * --batch, --invisible and --await do not apply (the client's and broker's).
+ * (one AckMessage RPC per message). --batch, --invisible and --await do not
+ * apply (the client's and broker's).
+ *
+ * <p>maxCacheMessageCount is {@value #CACHE_COUNT} (system property
+ * rmqflow.peer.maxCacheMessageCount): the proxy refuses a lite push
+ * consumer's receive (FORBIDDEN, "too many unacked messages") when it holds
+ * more than maxLiteRenewNumPerChannel (100) unacked messages, and the client
+ * then waits 1 s; with a cache of 100 the client never asks for more than the
+ * room under that cap. The lite consumer has one process queue, so the whole
+ * cache is that queue's.
  *
  * <p>A push consumer receives and acks on its own threads, so the peer watches
  * it through the client's message interceptor hook ({@link Watcher}),
@@ -25,10 +33,14 @@ final class LitePeer implements Peer {
     /**
      * System property: when true (the default), the consumer sends the
      * client's periodic COMPLETE_ADD lite subscription sync once right after
-     * it starts, instead of first 30 s later (see bench/README.md); false
-     * leaves the client as shipped.
+     * it starts, instead of first 30 s later, as client 5.2.1 does
+     * (LiteSubscriptionManager.startUp); false leaves 5.2.0 as shipped. See
+     * bench/README.md.
      */
     static final String SYNC_AT_START = "rmqflow.peer.liteSyncAtStart";
+
+    /** The proxy's default maxLiteRenewNumPerChannel. */
+    static final int CACHE_COUNT = 100;
 
     private final Flags flags;
     private final Tracker tracker;
@@ -52,13 +64,13 @@ final class LitePeer implements Peer {
         Watcher w = new Watcher(tracker, m -> flags.mineByLiteTopic(m.getLiteTopic().orElse(null)), true);
         System.err.printf("java: lite-push: %d consumption threads, maxCacheMessageCount %d, "
                 + "maxCacheMessageSizeInBytes %d, sync at start %b%n",
-            flags.concurrency, PushPeer.cacheCount(), PushPeer.cacheBytes(), syncAtStart());
+            flags.concurrency, PushPeer.cacheCount(CACHE_COUNT), PushPeer.cacheBytes(), syncAtStart());
         TracedBuilder b = new TracedBuilder(w);
         b.bindTopic(flags.topic)
             .setClientConfiguration(cfg)
             .setConsumerGroup(flags.group)
             .setConsumptionThreadCount(flags.concurrency)
-            .setMaxCacheMessageCount(PushPeer.cacheCount())
+            .setMaxCacheMessageCount(PushPeer.cacheCount(CACHE_COUNT))
             .setMaxCacheMessageSizeInBytes(PushPeer.cacheBytes())
             .setMessageListener(PushPeer.listener(flags));
         consumer = b.build();

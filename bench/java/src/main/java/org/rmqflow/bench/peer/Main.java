@@ -86,6 +86,8 @@ public final class Main {
             code = EXIT_FAILED;
         }
         slices.interrupt();
+        System.err.printf("java: %d distinct messages of the run acked, %d failed receive RPCs in the whole run%n",
+            t.ackedCount(), t.receiveFailures());
         long foreign = t.foreign();
         if (foreign > 0) {
             error = error == null ? foreign + " foreign messages" : error + "; " + foreign + " foreign messages";

@@ -49,8 +49,8 @@ final class PushPeer implements Peer {
         };
     }
 
-    static int cacheCount() {
-        return Integer.getInteger("rmqflow.peer.maxCacheMessageCount", DEFAULT_CACHE_COUNT);
+    static int cacheCount(int def) {
+        return Integer.getInteger("rmqflow.peer.maxCacheMessageCount", def);
     }
 
     static int cacheBytes() {
@@ -65,9 +65,9 @@ final class PushPeer implements Peer {
             .build();
         Watcher w = new Watcher(tracker, m -> flags.mineByKeys(m.getKeys()), false);
         System.err.printf("java: push: %d consumption threads, maxCacheMessageCount %d, maxCacheMessageSizeInBytes %d%n",
-            flags.concurrency, cacheCount(), cacheBytes());
+            flags.concurrency, cacheCount(DEFAULT_CACHE_COUNT), cacheBytes());
         consumer = TracedPushConsumer.start(cfg, flags.group, Map.of(flags.topic, FilterExpression.SUB_ALL),
-            listener(flags), cacheCount(), cacheBytes(), flags.concurrency, w);
+            listener(flags), cacheCount(DEFAULT_CACHE_COUNT), cacheBytes(), flags.concurrency, w);
     }
 
     @Override

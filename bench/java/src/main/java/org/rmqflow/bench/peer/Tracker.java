@@ -42,6 +42,7 @@ final class Tracker {
     private final AtomicLong emptyReceives = new AtomicLong();
     private final AtomicLong ackRpcs = new AtomicLong();
     private final AtomicLong foreign = new AtomicLong();
+    private final AtomicLong receiveFailures = new AtomicLong();
 
     private final CountDownLatch done = new CountDownLatch(1);
     private final ScheduledExecutorService timer;
@@ -108,6 +109,7 @@ final class Tracker {
 
     /** A receive RPC failed. */
     void receiveFailed() {
+        receiveFailures.incrementAndGet();
         if (open) {
             receiveRpcs.incrementAndGet();
         }
@@ -218,6 +220,11 @@ final class Tracker {
 
     long foreign() {
         return foreign.get();
+    }
+
+    /** Failed receive RPCs over the whole run (stderr only). */
+    long receiveFailures() {
+        return receiveFailures.get();
     }
 
     /** The JSON line for the run so far; error may be null. */
