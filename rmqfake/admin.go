@@ -160,7 +160,7 @@ func (b *broker) restart() {
 			}
 		}
 		for _, lq := range t.lite {
-			for _, c := range lq.cursors {
+			for c := range lq.all() {
 				b.stop(c.ord.timer)
 				c.ord = ordered{committed: c.ord.committed}
 				b.liteReady(c)

@@ -22,7 +22,14 @@ type callMeta struct {
 	authz    string
 }
 
+// metaKey carries the callMeta the unary interceptor read, so that the
+// handler does not read the headers again.
+type metaKey struct{}
+
 func metaOf(ctx context.Context) callMeta {
+	if m, ok := ctx.Value(metaKey{}).(*callMeta); ok {
+		return *m
+	}
 	get := func(k string) string {
 		if v := metadata.ValueFromIncomingContext(ctx, k); len(v) > 0 {
 			return v[0]

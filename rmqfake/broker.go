@@ -205,7 +205,6 @@ func (b *broker) liteQueue(t *topic, name string, create bool) *liteQueue {
 		return lq
 	}
 	lq := &liteQueue{main: t, name: name, q: queue{base: t.liteSeq}}
-	lq.cursors = lq.one[:0]
 	t.lite[name] = lq
 	for _, g := range b.boundGroups(t) {
 		if g.wildcard {
@@ -227,11 +226,14 @@ func (b *broker) cursor(lq *liteQueue, g *group) *liteCursor {
 		return c
 	}
 	c := &lq.c0
-	if len(lq.cursors) > 0 {
+	if lq.c0.g != nil {
 		c = &liteCursor{}
+		if lq.more == nil {
+			lq.more = new([]*liteCursor)
+		}
+		*lq.more = append(*lq.more, c)
 	}
 	*c = liteCursor{lq: lq, g: g, ord: ordered{committed: lq.q.base}}
-	lq.cursors = append(lq.cursors, c)
 	b.liteReady(c)
 	return c
 }
@@ -274,18 +276,18 @@ func (g *group) ringNext() *liteCursor {
 // trimLite frees the messages of lq that every group has committed, and
 // drops lq altogether once it is empty and settled.
 func (b *broker) trimLite(lq *liteQueue) {
-	if len(lq.cursors) == 0 {
-		return
+	if lq.c0.g == nil {
+		return // no group reads it (yet)
 	}
 	low := lq.q.end()
-	for _, c := range lq.cursors {
+	for c := range lq.all() {
 		low = min(low, c.ord.committed)
 	}
 	lq.q.trim(low)
 	if len(lq.q.msgs) > 0 {
 		return
 	}
-	for _, c := range lq.cursors {
+	for c := range lq.all() {
 		if !c.ord.settled(lq.q.end()) || c.ord.timer != nil {
 			return
 		}

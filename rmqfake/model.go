@@ -2,6 +2,7 @@ package rmqfake
 
 import (
 	"crypto/md5"
+	"iter"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -281,18 +282,31 @@ type liteQueue struct {
 	main *topic
 	name string
 	q    queue
-	// cursors are the positions of the groups reading it (one per group;
-	// a main topic has few groups, so a slice beats a map). The first one
-	// lives in c0 and the slice starts on one: a lite topic read by one
-	// group is a single allocation.
-	cursors []*liteCursor
-	one     [1]*liteCursor
-	c0      liteCursor
+	// c0 and more are the positions of the groups reading it, one per
+	// group (see all): the first lives in c0 (c0.g is nil until then), so
+	// that a lite topic read by one group is one allocation of 144 B; a main
+	// topic has few groups, so the others are a list, not a map.
+	c0   liteCursor
+	more *[]*liteCursor
+}
+
+// all yields the positions of the groups reading lq.
+func (lq *liteQueue) all() iter.Seq[*liteCursor] {
+	return func(yield func(*liteCursor) bool) {
+		if lq.c0.g == nil || !yield(&lq.c0) || lq.more == nil {
+			return
+		}
+		for _, c := range *lq.more {
+			if !yield(c) {
+				return
+			}
+		}
+	}
 }
 
 // cursorOf returns g's position in lq, or nil.
 func (lq *liteQueue) cursorOf(g *group) *liteCursor {
-	for _, c := range lq.cursors {
+	for c := range lq.all() {
 		if c.g == g {
 			return c
 		}

@@ -370,7 +370,7 @@ func (b *broker) deadLetter(g *group, m *message) {
 	lq := b.liteQueue(main, m.lite, true)
 	lq.q.push(&lc)
 	main.liteSeq++
-	for _, c := range lq.cursors {
+	for c := range lq.all() {
 		b.liteReady(c)
 	}
 	b.wake(main)

@@ -46,7 +46,7 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 		first.lmq = true     // rendered with INNER_MULTI_DISPATCH (dispatchProps)
 		lq.q.push(first)
 		t.liteSeq++
-		for _, c := range lq.cursors {
+		for c := range lq.all() {
 			b.liteReady(c)
 		}
 		b.wake(t)

@@ -33,6 +33,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		}
 	}()
 	m := metaOf(ctx)
+	ctx = context.WithValue(ctx, metaKey{}, &m)
 	if pm, ok := req.(proto.Message); ok {
 		r, derr := s.decide(ctx, Call{Method: method, ClientID: m.clientID, Request: pm})
 		var after *afterError

@@ -120,7 +120,7 @@ func (s *Server) Stats() Stats {
 				ls := LiteTopicStats{Stored: int64(len(lq.q.msgs))}
 				ts.Stored += ls.Stored
 				st.Held += ls.Stored
-				for _, c := range lq.cursors {
+				for c := range lq.all() {
 					g := c.g
 					cc := c.counts(now)
 					ls.Counts.add(cc)
