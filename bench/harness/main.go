@@ -185,6 +185,15 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		setIfUnset(fs, "java-warmup", func() { c.javaWarmup = 2000 })
 		setIfUnset(fs, "gobench-count", func() { c.goBenchCount = 1 })
 	}
+	if c.emulator {
+		var kept []peer
+		for _, p := range c.peers {
+			if !p.Push {
+				kept = append(kept, p)
+			}
+		}
+		c.peers = kept
+	}
 	if c.endpoint == "" && !c.emulator {
 		return c, errors.New("give -endpoint (or RMQFLOW_ENDPOINT) or -emulator")
 	}

@@ -117,6 +117,9 @@ func (b *bench) reportTo(w io.Writer) {
 	fmt.Fprintf(w, "- Peer stderr and each run's exact command line are kept in the run's log directory; results.jsonl holds every run.\n\n")
 
 	fmt.Fprintf(w, "Peers (bench/README.md says how each is configured and why that is its strongest setting):\n\n")
+	if c.emulator {
+		fmt.Fprintf(w, "(On the emulator the official clients' push consumers are left out: rmqfake does not serve QueryAssignment yet.)\n\n")
+	}
 	for _, p := range c.peers {
 		fmt.Fprintf(w, "- `%s`: %s (%s)\n", p.Name(), p.Label, strings.Join(p.Modes, ", "))
 	}

@@ -316,8 +316,12 @@ func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc)
 		fmt.Fprintf(b.log, "harness: %s FAILED: %s (log %s)\n", desc, r.Result.Error, r.LogPath)
 		return
 	}
-	fmt.Fprintf(b.log, "harness: %s: %.0f msg/s over %.1f s (%d msgs), client %.1f µs/msg, broker %.1f µs/msg\n", desc,
-		r.Result.rate(), r.Result.Seconds, r.Result.Messages, r.Result.perMsg(r.Result.CPUSeconds)*1e6, r.Result.perMsg(r.Broker)*1e6)
+	broker := "n/a"
+	if r.Broker >= 0 {
+		broker = fmt.Sprintf("%.1f µs/msg", r.Result.perMsg(r.Broker)*1e6)
+	}
+	fmt.Fprintf(b.log, "harness: %s: %.0f msg/s over %.1f s (%d msgs), client %.1f µs/msg, broker %s\n", desc,
+		r.Result.rate(), r.Result.Seconds, r.Result.Messages, r.Result.perMsg(r.Result.CPUSeconds)*1e6, broker)
 }
 
 func appendLog(path, line string) {
