@@ -18,6 +18,7 @@ const (
 	DefaultAckMaxBatch    = 64
 	DefaultAckLinger      = 5 * time.Millisecond
 	DefaultAckMaxAttempts = 3
+	DefaultAckMaxInFlight = 4
 )
 
 // CredentialsResolver returns the credentials for an access point a handle
@@ -55,6 +56,11 @@ type AckPoolConfig struct {
 	// MaxAttempts bounds the tries of one ack RPC that fails as a whole with a
 	// retriable error (throttling, timeouts, transport). Default 3.
 	MaxAttempts int
+	// MaxInFlight caps the AckMessage RPCs of one group and topic on the
+	// wire at once. Default 4. While all are out, the next batch fills in
+	// the queue; every ack still gets its own entry's result, in whatever
+	// order the RPCs complete.
+	MaxInFlight int
 }
 
 func (c AckPoolConfig) withDefaults() AckPoolConfig {
@@ -67,6 +73,9 @@ func (c AckPoolConfig) withDefaults() AckPoolConfig {
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultAckMaxAttempts
 	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultAckMaxInFlight
+	}
 	return c
 }
 
@@ -78,6 +87,8 @@ func (c AckPoolConfig) validate() error {
 		return optionError("Linger", "must not be negative")
 	case c.MaxAttempts < 0:
 		return optionError("MaxAttempts", "must not be negative")
+	case c.MaxInFlight < 0:
+		return optionError("MaxInFlight", "must not be negative")
 	case c.RequestTimeout < 0:
 		return optionError("RequestTimeout", "must not be negative")
 	case c.Credentials != nil && strings.TrimSpace(c.Name) == "":
@@ -203,8 +214,8 @@ func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
 	// The key covers what changes the wire: the name (standing for the
 	// resolver), the connection (secret as a digest), the TLS config's
 	// identity (two *tls.Config values are never merged), and the allowlist.
-	key := fmt.Sprintf("%q|%s|%p|%q|%d|%v|%d", cfg.Name, cfg.Connection.key(), cfg.TLS, allowed,
-		cfg.MaxBatch, cfg.Linger, cfg.MaxAttempts)
+	key := fmt.Sprintf("%q|%s|%p|%q|%d|%v|%d|%d", cfg.Name, cfg.Connection.key(), cfg.TLS, allowed,
+		cfg.MaxBatch, cfg.Linger, cfg.MaxAttempts, cfg.MaxInFlight)
 	poolsMu.Lock()
 	defer poolsMu.Unlock()
 	if p, ok := pools[key]; ok {
@@ -344,11 +355,11 @@ func (f *AckFuture) wait(ctx context.Context) error {
 
 // AckAsync queues an ack of h and returns its future, which completes with
 // what Ack would return. It returns at once unless the pool's queue for h's
-// group and topic is full (MaxBatch × 4 acks waiting), and waits for room no
-// longer than ctx allows. ctx also bounds the wait for a renewal of the same
-// message on the wire and the time the ack may wait in the queue: an ack
-// whose ctx ends before it is sent is withdrawn (ErrAckNotSent). Once sent,
-// the ack completes whatever ctx does.
+// group and topic is full (MaxBatch × 4 acks waiting while MaxInFlight RPCs
+// are out), and waits for room no longer than ctx allows. ctx also bounds
+// the wait for a renewal of the same message on the wire and the time the
+// ack may wait in the queue: an ack whose ctx ends before it is sent is
+// withdrawn (ErrAckNotSent). Once sent, the ack completes whatever ctx does.
 func (p *AckPool) AckAsync(ctx context.Context, h ReceiptHandle) *AckFuture {
 	return p.s.ackAsync(ctx, h, nil)
 }

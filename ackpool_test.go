@@ -268,7 +268,7 @@ func TestAckHonoursContext(t *testing.T) {
 	s := fakeNormal(t)
 	hs := received(t, s, client.Credentials{}, 8)
 	stallAcks(s, time.Minute)
-	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 5 * time.Second}, MaxBatch: 1})
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 5 * time.Second}, MaxBatch: 1, MaxInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,5 +396,74 @@ func TestAckWithdrawnFromQueue(t *testing.T) {
 	}
 	if n := acks.Load(); n != 0 {
 		t.Errorf("%d AckMessage calls for a withdrawn ack", n)
+	}
+}
+
+// TestAckPoolRPCsInFlight: the acks of one group and topic go out in up to
+// MaxInFlight RPCs at once, never more; each ack gets its own result and the
+// stats count every ack and RPC once.
+func TestAckPoolRPCsInFlight(t *testing.T) {
+	mc := rmqfake.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := fakeNormal(t, rmqfake.WithClock(mc))
+	const n, inFlight = 6, 2
+	hs := received(t, s, client.Credentials{}, n)
+	onWire := make(chan struct{}, 2*n)
+	s.Intercept("AckMessage", func(rmqfake.Call) rmqfake.Verdict {
+		onWire <- struct{}{}
+		return rmqfake.Verdict{Delay: 10 * time.Second} // held until the clock moves
+	})
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 20 * time.Second},
+		MaxBatch: 1, Linger: time.Millisecond, MaxInFlight: inFlight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	ctx := rmqtest.Context(t, 30*time.Second)
+	fs := make([]*AckFuture, n)
+	for i, h := range hs {
+		fs[i] = pool.AckAsync(ctx, h)
+	}
+	done := func() (k int) {
+		for _, f := range fs {
+			select {
+			case <-f.Done():
+				k++
+			default:
+			}
+		}
+		return k
+	}
+	arrived := 0
+	for arrived < n {
+		for range min(inFlight, n-arrived) {
+			select {
+			case <-onWire:
+				arrived++
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%d ack RPCs arrived with %d answered; want %d on the wire at once", arrived, done(), inFlight)
+			}
+		}
+		// The slots are all taken: no further RPC may leave until one is
+		// answered.
+		select {
+		case <-onWire:
+			t.Fatalf("ack RPC %d left with %d answered: more than %d on the wire", arrived+1, done(), inFlight)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if d := done(); d != arrived-inFlight {
+			t.Fatalf("%d acks answered with %d RPCs sent and the last %d held, want %d", d, arrived, inFlight, arrived-inFlight)
+		}
+		mc.Advance(10 * time.Second)
+	}
+	for i, f := range fs {
+		if err := f.wait(ctx); err != nil {
+			t.Errorf("ack %d: %v", i, err)
+		}
+	}
+	if got := acked(s); got != n {
+		t.Errorf("broker acked %d, want %d", got, n)
+	}
+	if st := pool.Stats(); st.Acks != n || st.AckRPCs != n {
+		t.Errorf("stats %+v, want %d acks in %d RPCs", st, n, n)
 	}
 }

@@ -18,7 +18,8 @@ type ackReq struct {
 
 // batcher coalesces the acks of one (endpoints, namespace, group, topic) into
 // multi-entry AckMessage RPCs: a batch goes out when it reaches MaxBatch or
-// when its first ack has waited Linger.
+// when its first ack has waited Linger, with up to MaxInFlight RPCs on the
+// wire at once. While they are all out, the next batch fills in the queue.
 type batcher struct {
 	key     batchKey
 	c       *client.Client
@@ -27,8 +28,10 @@ type batcher struct {
 	stats   *poolStats
 	rpcCtx  context.Context
 
-	in   chan ackReq
-	stop chan struct{} // closed by close
+	in      chan ackReq
+	stop    chan struct{}  // closed by close
+	slots   chan struct{}  // one token per ack RPC on the wire
+	flights sync.WaitGroup // the flushes on the wire
 
 	mu         sync.Mutex
 	closed     bool
@@ -37,7 +40,7 @@ type batcher struct {
 
 func newBatcher(k batchKey, c *client.Client, p *ackPool) *batcher {
 	return &batcher{key: k, c: c, cfg: p.cfg, metrics: p.metrics, stats: &p.stats, rpcCtx: p.rpcCtx,
-		in: make(chan ackReq, p.cfg.MaxBatch*4), stop: make(chan struct{})}
+		in: make(chan ackReq, p.cfg.MaxBatch*4), stop: make(chan struct{}), slots: make(chan struct{}, p.cfg.MaxInFlight)}
 }
 
 // submit queues r, waiting for room no longer than ctx allows.
@@ -70,16 +73,29 @@ func (b *batcher) close() {
 	}
 }
 
+// run collects batches and sends each on its own goroutine once one of the
+// MaxInFlight slots is free; it returns when close has been called and
+// everything queued has been sent and answered.
 func (b *batcher) run() {
-	batch := make([]ackReq, 0, b.cfg.MaxBatch)
+	defer b.flights.Wait()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
+		// A free slot first: while every RPC is out, acks wait in the queue
+		// and the next batch leaves full.
+		select {
+		case b.slots <- struct{}{}:
+		case <-b.stop:
+			b.finish(nil)
+			return
+		}
+		batch := make([]ackReq, 0, b.cfg.MaxBatch)
 		select {
 		case r := <-b.in:
-			batch = append(batch[:0], r)
+			batch = append(batch, r)
 		case <-b.stop:
-			b.finish(batch[:0])
+			<-b.slots
+			b.finish(nil)
 			return
 		}
 		timer.Reset(b.cfg.Linger)
@@ -92,17 +108,29 @@ func (b *batcher) run() {
 				break collect
 			case <-b.stop:
 				timer.Stop()
+				<-b.slots
 				b.finish(batch)
 				return
 			}
 		}
 		timer.Stop() // Go 1.23+ timers: no stale tick survives Stop
-		b.flush(batch)
+		b.send(batch)
 	}
 }
 
+// send flushes batch on its own goroutine, which frees the slot the caller
+// took.
+func (b *batcher) send(batch []ackReq) {
+	b.flights.Add(1)
+	go func() {
+		defer b.flights.Done()
+		defer func() { <-b.slots }()
+		b.flush(batch)
+	}()
+}
+
 // finish sends batch and everything still queued, once no submit can add
-// more.
+// more, still no more than MaxInFlight RPCs at once.
 func (b *batcher) finish(batch []ackReq) {
 	b.submitting.Wait()
 	for {
@@ -118,8 +146,9 @@ func (b *batcher) finish(batch []ackReq) {
 		if len(batch) == 0 {
 			return
 		}
-		b.flush(batch)
-		batch = batch[:0]
+		b.slots <- struct{}{}
+		b.send(batch)
+		batch = make([]ackReq, 0, b.cfg.MaxBatch)
 	}
 }
 
