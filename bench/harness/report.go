@@ -113,7 +113,7 @@ func (b *bench) reportTo(w io.Writer) {
 	fmt.Fprintf(w, "- Workload: %s-byte bodies; lite backlogs spread over %d lite topics of one LITE main topic (a wildcard group per peer); normal backlogs on a topic with 8 queues.\n", num(float64(c.size), 0), c.liteTopics)
 	fmt.Fprintf(w, "- Hygiene: every peer run has a topic and a group of its own (created for this run); a peer that sees a message not of its run fails. Peers of a drain batch read one backlog, each on its own group, in a random order; batches repeat (drain: %d times). Each run is timed after an untimed warm-up (%s acks; Java peers %s, for the JIT) over a window that ends after %s or %s messages, whichever comes first. Cells give the median and (min–max) over the repetitions.\n",
 		c.reps, num(float64(c.warmup), 0), num(float64(c.javaWarmup), 0), c.window, num(float64(c.windowMsgs), 0))
-	fmt.Fprintf(w, "- CPU: *client* is the peer process's user+system CPU over its window; *broker* is the three JVMs' CPU (from /proc/<pid>/stat, sampled every 100 ms) over the same window. Both per message acked.\n")
+	fmt.Fprintf(w, "- CPU: *client* is the peer process's user+system CPU over its window; *broker* is the three JVMs' CPU (from /proc/<pid>/stat, sampled every 100 ms) over the same window, less what they spend idle (measured before the first run: %.1f%% of one CPU). Both per message acked.\n", b.idleCPU*100)
 	fmt.Fprintf(w, "- Peer stderr and each run's exact command line are kept in the run's log directory; results.jsonl holds every run.\n\n")
 
 	fmt.Fprintf(w, "Peers (bench/README.md says how each is configured and why that is its strongest setting):\n\n")

@@ -309,7 +309,8 @@ func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc)
 		}
 	}
 	if b.tgt.cpu != nil && r.Result.WindowStartNs > 0 && r.Result.WindowEndNs > r.Result.WindowStartNs {
-		r.Broker = b.tgt.cpu.between(time.Unix(0, r.Result.WindowStartNs), time.Unix(0, r.Result.WindowEndNs))
+		from, to := time.Unix(0, r.Result.WindowStartNs), time.Unix(0, r.Result.WindowEndNs)
+		r.Broker = max(b.tgt.cpu.between(from, to)-b.idleCPU*to.Sub(from).Seconds(), 0)
 	}
 	b.record(r)
 	if r.Result.Error != "" {
