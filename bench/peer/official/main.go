@@ -12,9 +12,11 @@
 //     listener returning SUCCESS, after which the client acks;
 //   - lite-push (lite): LitePushConsumer bound to the LITE main topic
 //     (wildcard group), --concurrency consumption goroutines, the FIFO
-//     consume accelerator on; no SubscribeLite is needed (the wildcard group
-//     delivers every lite topic), but --subscribe-lite makes it also
-//     SubscribeLite the run's "<run>-0".."<run>-K-1" (--lite-topics K).
+//     consume accelerator on; no SubscribeLite (the wildcard group delivers
+//     every lite topic, and the broker refuses SubscribeLite on it); on a
+//     non-wildcard group --subscribe-lite makes it SubscribeLite the run's
+//     "<run>-0".."<run>-K-1" (--lite-topics K), without which it receives
+//     nothing.
 //
 // Counters come from the client's gRPC connection (see wire). It prints one
 // JSON line on stdout (see bench/README.md); the client's own log goes to a
@@ -38,6 +40,7 @@ import (
 var (
 	ackWorkers    int
 	subscribeLite bool
+	accelerator   bool
 )
 
 func main() {
@@ -51,7 +54,8 @@ func main() {
 		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&ackWorkers, "ack-workers", 0, "official simple: ack goroutines (0: 16 × --concurrency)")
-			fs.BoolVar(&subscribeLite, "subscribe-lite", false, "official lite-push: also SubscribeLite the run's --lite-topics (not needed with a wildcard group)")
+			fs.BoolVar(&accelerator, "fifo-accelerator", true, "official lite-push: WithPushEnableFifoConsumeAccelerator")
+			fs.BoolVar(&subscribeLite, "subscribe-lite", false, "official lite-push: SubscribeLite the run's --lite-topics (needed on a non-wildcard group; refused on a wildcard one)")
 		},
 	})
 }
@@ -248,7 +252,7 @@ func litePush(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 	}
 	opts := append(pushOptions(ctx, f),
 		// consume a received batch's lite topics in parallel, each in order
-		rmq.WithPushEnableFifoConsumeAccelerator(true))
+		rmq.WithPushEnableFifoConsumeAccelerator(accelerator))
 	lc, err := rmq.NewLitePushConsumer(config(f), rmq.NewLitePushConsumerConfig(f.Topic, f.Invisible), opts...)
 	if err != nil {
 		return err
