@@ -94,9 +94,11 @@ func (o *ordered) pop(q *queue, n int, now, invisible int64, attemptID string, l
 		if attemptID != "" && attemptID == prev.attemptID {
 			nb.counts = prev.counts
 		} else {
-			nb.counts = map[int64]int{}
 			for off := nb.start; off < nb.start+k; off++ {
 				if prev.contains(off) {
+					if nb.counts == nil {
+						nb.counts = map[int64]int{} // only when offsets repeat
+					}
 					nb.counts[off] = prev.counts[off] + 1
 				}
 			}
