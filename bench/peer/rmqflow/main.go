@@ -28,7 +28,7 @@ import (
 	"github.com/rmqflow/rmqflow/bench/internal/peerkit"
 )
 
-var fetchFlag int
+var fetchFlag, loopWorkers int
 
 func main() {
 	both := []string{"normal", "lite"}
@@ -44,6 +44,7 @@ func main() {
 		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&fetchFlag, "fetch", 0, "rmqflow: SourceConfig.FetchConcurrency (0: the variant's default, see bench/README.md)")
+			fs.IntVar(&loopWorkers, "loop-workers", 0, "rmqflow loop: goroutines calling Next (0: 1, or --concurrency with --handler-delay)")
 		},
 	})
 }
@@ -100,6 +101,9 @@ func loop(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 	workers := 1 // Next never blocks on an ack: one loop keeps up
 	if f.HandlerDelay > 0 {
 		workers = f.Concurrency // each sleeps in its slot
+	}
+	if loopWorkers > 0 {
+		workers = loopWorkers
 	}
 	var wg, acks sync.WaitGroup
 	var failed error
