@@ -79,9 +79,10 @@ func (a ackResults) Add(_ context.Context, n int64, opts ...metric.AddOption) {
 // fifo attributes ack results to messages: the Runner acks a message after
 // its handler returns Ack() and tells no one when the ack returns, so the
 // peer queues each message as its handler returns and takes the oldest off
-// at each ack result. The ack pool sends one (group, topic)'s acks in the
-// order they were queued, so the error is the reordering between workers
-// racing from their handler's return to the pool's queue: microseconds.
+// at each ack result. The ack pool batches one (group, topic)'s acks in the
+// order they were queued, with a few RPCs on the wire at once, so the
+// attribution can swap messages among the acks in flight (their latencies by
+// a few ms), never the count.
 type fifo struct {
 	mu sync.Mutex
 	q  []peerkit.Delivery
