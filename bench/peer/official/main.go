@@ -41,6 +41,7 @@ var (
 	ackWorkers    int
 	subscribeLite bool
 	accelerator   bool
+	cacheMessages int
 )
 
 func main() {
@@ -54,6 +55,7 @@ func main() {
 		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&ackWorkers, "ack-workers", 0, "official simple: ack goroutines (0: 16 × --concurrency)")
+			fs.IntVar(&cacheMessages, "cache-messages", 0, "official push, lite-push: WithPushMaxCacheMessageCount (0: push 4096, lite-push 1024)")
 			fs.BoolVar(&accelerator, "fifo-accelerator", true, "official lite-push: WithPushEnableFifoConsumeAccelerator")
 			fs.BoolVar(&subscribeLite, "subscribe-lite", false, "official lite-push: SubscribeLite the run's --lite-topics (needed on a non-wildcard group; refused on a wildcard one)")
 		},
@@ -213,13 +215,17 @@ func listener(ctx context.Context, f peerkit.Flags) rmq.PushConsumerOption {
 }
 
 // pushOptions are the tuning of both push consumers: --concurrency
-// consumption goroutines (the client acks inside them, one RPC each), and
-// the cache left at the client's defaults, 1024 messages and 64 MiB over
-// all queues (bench/README.md: why).
-func pushOptions(ctx context.Context, f peerkit.Flags) []rmq.PushConsumerOption {
+// consumption goroutines (the client acks inside them, one RPC each), and a
+// cache of defCache messages (--cache-messages overrides it) and 64 MiB over
+// all queues (bench/README.md: the A/B behind them).
+func pushOptions(ctx context.Context, f peerkit.Flags, defCache int) []rmq.PushConsumerOption {
+	n := cacheMessages
+	if n <= 0 {
+		n = defCache
+	}
 	return []rmq.PushConsumerOption{
 		rmq.WithPushConsumptionThreadCount(int32(f.Concurrency)),
-		rmq.WithPushMaxCacheMessageCount(1024),
+		rmq.WithPushMaxCacheMessageCount(int32(n)),
 		rmq.WithPushMaxCacheMessageSizeInBytes(64 << 20),
 		listener(ctx, f),
 	}
@@ -231,7 +237,7 @@ func push(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 	if err != nil {
 		return err
 	}
-	opts := append(pushOptions(ctx, f), rmq.WithPushSubscriptionExpressions(map[string]*rmq.FilterExpression{f.Topic: rmq.SUB_ALL}))
+	opts := append(pushOptions(ctx, f, 4096), rmq.WithPushSubscriptionExpressions(map[string]*rmq.FilterExpression{f.Topic: rmq.SUB_ALL}))
 	pc, err := rmq.NewPushConsumer(config(f), opts...)
 	if err != nil {
 		return err
@@ -250,7 +256,7 @@ func litePush(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 	if err != nil {
 		return err
 	}
-	opts := append(pushOptions(ctx, f),
+	opts := append(pushOptions(ctx, f, 1024),
 		// consume a received batch's lite topics in parallel, each in order
 		rmq.WithPushEnableFifoConsumeAccelerator(accelerator))
 	lc, err := rmq.NewLitePushConsumer(config(f), rmq.NewLitePushConsumerConfig(f.Topic, f.Invisible), opts...)
