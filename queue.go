@@ -35,7 +35,9 @@ type queue struct {
 	mu       sync.Mutex
 	items    []*entry
 	share    int              // slots per binding
+	least    int              // the free slots a reservation waits for
 	held     map[*binding]int // per binding: queued plus reserved
+	waiting  int              // reservations waiting for room
 	closed   bool
 	drain    bool
 	err      error         // why the source ended, returned by take once empty
@@ -43,35 +45,43 @@ type queue struct {
 	notFull  chan struct{} // closed and replaced when room appears
 }
 
-func newQueue(share int) *queue {
-	return &queue{share: share, held: map[*binding]int{}, notEmpty: make(chan struct{}), notFull: make(chan struct{})}
+// newQueue returns a queue of share slots per binding whose reservations,
+// of batch slots each, wait for a quarter of a batch (at least one slot).
+func newQueue(share, batch int) *queue {
+	return &queue{share: share, least: min(max(1, batch/4), share), held: map[*binding]int{},
+		notEmpty: make(chan struct{}), notFull: make(chan struct{})}
 }
 
-// reserve waits until a quarter of n slots (at least one) is free in b's
-// share and reserves up to n of them; it returns how many it reserved, 0
-// when the queue closed, drains, or ctx ended. Waiting for a quarter batch
-// avoids a storm of tiny polls while the queue drains; a share
-// three-quarters full still fills up.
+// reserve waits until a quarter batch of slots is free in b's share and
+// reserves up to n of them; it returns how many it reserved, 0 when the
+// queue closed, drains, or ctx ended. Waiting for a quarter batch avoids a
+// storm of tiny polls while the queue drains; a share three-quarters full
+// still fills up.
 func (q *queue) reserve(ctx context.Context, b *binding, n int) int {
-	least := max(1, n/4)
 	for {
 		q.mu.Lock()
 		if q.closed || q.drain {
 			q.mu.Unlock()
 			return 0
 		}
-		if free := q.share - q.held[b]; free >= min(least, q.share) {
+		if free := q.share - q.held[b]; free >= q.least {
 			got := min(n, free)
 			q.held[b] += got
 			q.mu.Unlock()
 			return got
 		}
 		wait := q.notFull
+		q.waiting++
 		q.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return 0
 		case <-wait:
+		}
+		q.mu.Lock()
+		q.waiting--
+		q.mu.Unlock()
+		if ctx.Err() != nil {
+			return 0
 		}
 	}
 }
@@ -84,7 +94,7 @@ func (q *queue) put(b *binding, es []*entry, n int) {
 	defer q.mu.Unlock()
 	q.held[b] -= n - len(es)
 	if len(es) < n {
-		q.wakeFull()
+		q.roomFor(b)
 	}
 	if len(es) == 0 {
 		return
@@ -97,6 +107,14 @@ func (q *queue) put(b *binding, es []*entry, n int) {
 func (q *queue) wakeFull() {
 	close(q.notFull)
 	q.notFull = make(chan struct{})
+}
+
+// roomFor wakes the waiting reservations (q.mu held) if b's share has room
+// for one; with none waiting it costs nothing.
+func (q *queue) roomFor(b *binding) {
+	if q.waiting > 0 && q.share-q.held[b] >= q.least {
+		q.wakeFull()
+	}
 }
 
 // take pops the head, waiting for one.
@@ -112,7 +130,7 @@ func (q *queue) take(ctx context.Context) (*entry, error) {
 			q.items[0] = nil
 			q.items = q.items[1:]
 			q.held[e.bind]--
-			q.wakeFull()
+			q.roomFor(e.bind)
 			q.mu.Unlock()
 			e.mu.Lock()
 			e.taken = true

@@ -308,7 +308,7 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	} else {
 		s.binds = append(s.binds, &binding{topic: cfg.Topic, group: cfg.Group, filter: cfg.Filter})
 	}
-	s.q = newQueue(perBinding)
+	s.q = newQueue(perBinding, cfg.MaxMessageNum)
 	s.metrics.observeQueue(s.q.len)
 	pool, err := AcquireAckPool(AckPoolConfig{Connection: cfg.Connection})
 	if err != nil {
