@@ -114,22 +114,26 @@ public final class Main {
     }
 
     /**
-     * Every 5 s, the distinct messages acked so far and the rate of the last
-     * slice, on stderr: shows when the JVM has warmed up.
+     * Every 5 s, the distinct messages acked so far, the rate and the process
+     * CPU per message of the last slice, on stderr: shows when the JVM has
+     * warmed up.
      */
     private static Thread slicePrinter(Tracker t) {
         Thread th = new Thread(() -> {
             long start = System.nanoTime();
             long last = start;
+            long lastCpu = Tracker.cpuNanos();
             int lastN = 0;
             try {
                 while (true) {
                     Thread.sleep(5000);
                     long now = System.nanoTime();
+                    long cpu = Tracker.cpuNanos();
                     int n = t.ackedCount();
-                    System.err.printf("peer: slice t=%.1fs acked=%d rate=%.0f/s cpu=%.2fs%n", (now - start) / 1e9, n,
-                        (n - lastN) / ((now - last) / 1e9), Tracker.cpuNanos() / 1e9);
+                    System.err.printf("peer: slice t=%.1fs acked=%d rate=%.0f/s cpu=%.0fus/msg%n", (now - start) / 1e9,
+                        n, (n - lastN) / ((now - last) / 1e9), (cpu - lastCpu) / 1e3 / Math.max(1, n - lastN));
                     last = now;
+                    lastCpu = cpu;
                     lastN = n;
                 }
             } catch (InterruptedException e) {
