@@ -41,7 +41,7 @@ final class Tracker {
     private final AtomicLong receiveRpcs = new AtomicLong();
     private final AtomicLong emptyReceives = new AtomicLong();
     private final AtomicLong ackRpcs = new AtomicLong();
-    private final AtomicLong foreign = new AtomicLong();
+    private final Set<String> foreign = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private final AtomicLong receiveFailures = new AtomicLong();
 
     private final CountDownLatch done = new CountDownLatch(1);
@@ -143,7 +143,7 @@ final class Tracker {
     void acked(String id, boolean mine, long receivedNanos, long bornMillis, String liteTopic) {
         long now = System.nanoTime();
         if (!mine) {
-            foreign.incrementAndGet();
+            foreign.add(id);
             return;
         }
         synchronized (lock) {
@@ -218,8 +218,9 @@ final class Tracker {
         }
     }
 
+    /** Distinct messages acked that were not of the run. */
     long foreign() {
-        return foreign.get();
+        return foreign.size();
     }
 
     /** Failed receive RPCs over the whole run (stderr only). */
@@ -269,7 +270,7 @@ final class Tracker {
                 .append(",\"hot_e2e_p99_ms\":").append(lite ? hotE2e.percentileMs(99) : 0.0)
                 .append(",\"startup_seconds\":").append(startup)
                 .append(",\"redelivered\":").append(redelivered)
-                .append(",\"foreign\":").append(foreign.get())
+                .append(",\"foreign\":").append(foreign.size())
                 .append(",\"window_expired\":").append(expired);
         }
         if (error != null) {
