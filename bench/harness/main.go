@@ -54,6 +54,7 @@ type config struct {
 	seed         uint64
 	peerTimeout  time.Duration
 	goBenchCount int
+	json         bool
 }
 
 const usage = `Usage: go run ./harness [flags]   (in bench/; make bench runs it)
@@ -106,7 +107,13 @@ func run1(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "harness: report:", err)
 		return 1
 	}
-	printSummary(stdout, b)
+	if cfg.json {
+		for _, r := range b.runs {
+			fmt.Fprintf(stdout, "%s\n", b.recordLine(r))
+		}
+	} else {
+		printSummary(stdout, b)
+	}
 	if n := b.failures(); n > 0 {
 		fmt.Fprintf(stderr, "harness: %d runs failed (see %s)\n", n, b.cfg.out)
 		return 1
@@ -141,6 +148,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	counts := fs.String("topic-counts", "100,10000,100000", "lite topic counts of the topics scenario")
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the run order (default: from the clock; printed)")
 	fs.DurationVar(&c.peerTimeout, "peer-timeout", 4*time.Minute, "give up on a peer run after this long")
+	fs.BoolVar(&c.json, "json", false, "print one JSON line per run (as in results.jsonl) instead of the summary tables")
 	fs.IntVar(&c.goBenchCount, "gobench-count", 5, "-count of the in-process Go benchmarks (emulator scenario)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -371,10 +379,15 @@ func findRepo(dir string) (string, error) {
 
 // record appends r to results.jsonl.
 func (b *bench) record(r *run) {
+	fmt.Fprintf(b.results, "%s\n", b.recordLine(r))
+}
+
+// recordLine is r as one JSON object.
+func (b *bench) recordLine(r *run) []byte {
 	line, _ := json.Marshal(map[string]any{
 		"scenario": r.Scenario, "peer": r.Peer.Name(), "mode": r.Mode, "concurrency": r.Concurrency, "rep": r.Rep,
 		"lite_topics": r.LiteTopics, "offered": r.Offered, "shape": r.Shape, "handler_delay": r.HandlerDelay.String(),
 		"invisible": r.Invisible.String(), "id": r.ID, "broker_cpu_seconds": r.Broker, "broker_idle_cpu_per_second": b.idleCPU, "result": r.Result, "log": r.LogPath,
 	})
-	fmt.Fprintf(b.results, "%s\n", line)
+	return line
 }
