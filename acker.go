@@ -3,6 +3,7 @@ package rmqflow
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -34,6 +35,28 @@ func (a *Acker) Ack(ctx context.Context, h ReceiptHandle) error {
 func (a *Acker) AckAsync(ctx context.Context, h ReceiptHandle) *AckFuture {
 	a.pending.begin()
 	return a.pool.s.ackAsync(ctx, h, a.pending.end)
+}
+
+// ackThen queues the ack of h as AckAsync does and calls then with its
+// result once it is known, without starting a goroutine: on the goroutine
+// that completes the ack (a batcher's, or the caller's when the ack fails at
+// once), so then must not block. The Acker counts the ack as in progress
+// until then has been called or is about to be.
+func (a *Acker) ackThen(ctx context.Context, h ReceiptHandle, then func(error)) {
+	a.pending.begin()
+	var (
+		f    *AckFuture
+		meet atomic.Int32 // the second of ackAsync's return and the completion calls then
+	)
+	f = a.pool.s.ackAsync(ctx, h, func() {
+		if meet.Add(1) == 2 {
+			then(f.err)
+		}
+		a.pending.end()
+	})
+	if meet.Add(1) == 2 {
+		then(f.err)
+	}
 }
 
 // ChangeInvisibleDuration makes the message invisible for d from now (0

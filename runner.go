@@ -72,7 +72,19 @@ type RunnerConfig struct {
 	// ShutdownTimeout bounds the shutdown; then handlers' contexts are
 	// cancelled. Default 30 s.
 	ShutdownTimeout time.Duration
+	// MaxHeld is the most messages the runner holds at once: waiting for a
+	// worker, being handled, or waiting for the broker to answer their ack.
+	// Default max(Concurrency × 4, DefaultRunnerMaxHeld). A worker is free
+	// as soon as it sent its ack, so the acks awaiting their answer (an ack
+	// waits up to the ack pool's Linger to share an RPC) would otherwise
+	// take the room of the messages that keep the workers busy; and since a
+	// lite topic runs one message at a time, throughput needs many lite
+	// topics held at once.
+	MaxHeld int
 }
+
+// DefaultRunnerMaxHeld is the least default of RunnerConfig.MaxHeld.
+const DefaultRunnerMaxHeld = 1024
 
 func (c RunnerConfig) withDefaults() RunnerConfig {
 	if c.Concurrency == 0 {
@@ -87,6 +99,9 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if c.MaxHeld == 0 {
+		c.MaxHeld = max(c.Concurrency*4, DefaultRunnerMaxHeld)
+	}
 	return c
 }
 
@@ -94,6 +109,8 @@ func (c RunnerConfig) validate() error {
 	switch {
 	case c.Concurrency < 0:
 		return optionError("Concurrency", "must not be negative")
+	case c.MaxHeld < 0:
+		return optionError("MaxHeld", "must not be negative")
 	case c.OnError != ErrorDefer && c.OnError != ErrorLeave:
 		return optionError("OnError", "unknown policy")
 	case c.Shutdown != ShutdownRelease && c.Shutdown != ShutdownFinish:
@@ -204,14 +221,14 @@ func (r *Runner[T]) Run(ctx context.Context) error {
 		return errors.Join(err, r.src.Close(context.WithoutCancel(ctx)))
 	}
 	acker := r.src.Acker()
-	d := &dispatcher[T]{r: r, acker: acker, buffered: make(chan struct{}, r.cfg.Concurrency*4)}
+	d := &dispatcher[T]{r: r, acker: acker, buffered: make(chan struct{}, r.cfg.MaxHeld)}
 	return d.run(ctx)
 }
 
 // keyState is one ordering key's FIFO in the dispatcher.
 type keyState[T any] struct {
 	queue []*AckableMessage[T]
-	busy  bool // a worker owns the key
+	busy  bool // a worker owns the key, or the ack of its last message is pending
 	block *keyBlock
 }
 
@@ -227,13 +244,15 @@ type keyBlock struct {
 type dispatcher[T any] struct {
 	r        *Runner[T]
 	acker    *Acker
-	buffered chan struct{} // one token per message held by the runner
+	buffered chan struct{} // one token per message held by the runner (queued, handled or being acked)
+	ackCtx   context.Context
 
-	mu     sync.Mutex
-	keys   map[string]*keyState[T]
-	ready  chan string
-	wg     sync.WaitGroup
-	sweeps int
+	mu      sync.Mutex
+	keys    map[string]*keyState[T]
+	ready   chan string // keys a worker may take; never full: a busy key holds a token
+	closing bool        // ready is (about to be) closed
+	wg      sync.WaitGroup
+	sweeps  int
 }
 
 func (d *dispatcher[T]) run(ctx context.Context) error {
@@ -241,9 +260,10 @@ func (d *dispatcher[T]) run(ctx context.Context) error {
 	d.keys = map[string]*keyState[T]{}
 	d.ready = make(chan string, cap(d.buffered)+1)
 
-	// Handlers get a context that outlives ctx by ShutdownTimeout.
+	// Handlers and acks get a context that outlives ctx by ShutdownTimeout.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
+	d.ackCtx = hctx
 	for i := 0; i < r.cfg.Concurrency; i++ {
 		d.wg.Add(1)
 		go func() {
@@ -292,11 +312,15 @@ pull:
 			d.buffered <- struct{}{}
 			d.enqueue(m)
 		}
-		d.waitIdle(sctx)
 	default:
 		errs = append(errs, d.releaseBuffered(sctx))
 	}
+	// Wait for the handlers in flight and the acks pending.
+	d.waitIdle(sctx)
+	d.mu.Lock()
+	d.closing = true
 	close(d.ready)
+	d.mu.Unlock()
 	d.wg.Wait()
 	errs = append(errs, r.src.Close(sctx))
 	return errors.Join(errs...)
@@ -317,6 +341,7 @@ func (d *dispatcher[T]) enqueue(m *AckableMessage[T]) {
 	k := d.key(m)
 	d.r.held.Add(1)
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.sweepLocked()
 	st := d.keys[k]
 	if st == nil {
@@ -324,12 +349,18 @@ func (d *dispatcher[T]) enqueue(m *AckableMessage[T]) {
 		d.keys[k] = st
 	}
 	st.queue = append(st.queue, m)
-	schedule := !st.busy
-	st.busy = true
-	d.mu.Unlock()
-	if schedule {
-		d.ready <- k
+	if !st.busy {
+		st.busy = true
+		d.scheduleLocked(k)
 	}
+}
+
+// scheduleLocked hands busy key k, whose queue is not empty, to a worker.
+// The send never blocks: every key in ready is busy, every busy key holds
+// at least one token of buffered (a message queued, handled or being
+// acked), and ready has room for one key per token.
+func (d *dispatcher[T]) scheduleLocked(k string) {
+	d.ready <- k
 }
 
 // sweepLocked now and then forgets idle keys whose block expired, so that a
@@ -348,56 +379,104 @@ func (d *dispatcher[T]) sweepLocked() {
 	}
 }
 
+// settled gives back the token of a message the runner no longer holds.
+func (d *dispatcher[T]) settled() {
+	d.r.held.Add(-1)
+	<-d.buffered
+}
+
 func (d *dispatcher[T]) work(ctx context.Context) {
 	for k := range d.ready {
-		for {
-			d.mu.Lock()
-			st := d.keys[k]
-			if len(st.queue) == 0 {
-				st.busy = false
-				if st.block == nil {
-					delete(d.keys, k)
-				}
-				d.mu.Unlock()
-				break
-			}
-			m := st.queue[0]
-			st.queue[0] = nil
-			st.queue = st.queue[1:]
-			hold, leave := time.Duration(-1), false
-			if b := st.block; b != nil {
-				now := d.r.now()
-				switch {
-				case m.Meta.MessageID == b.head:
-					st.block = nil // the head is back
-				case now.After(b.expire) && m.Meta.ReceivedAt.After(b.since):
-					st.block = nil // the head will not be back; m came after it
-				case now.After(b.expire):
-					// m was received before the head failed: on the broker it
-					// is behind the head, which was never acked here. Never
-					// run it out of order: leave it to come back behind it.
-					leave = true
-				default:
-					hold = max(b.until.Sub(now), minHoldBack)
-				}
+		d.runKey(ctx, k)
+	}
+}
+
+// runKey runs key k's queue until it is empty or a message of it awaits its
+// ack; the ack's completion (acked) schedules the key again.
+func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
+	for {
+		d.mu.Lock()
+		st := d.keys[k]
+		if len(st.queue) == 0 {
+			st.busy = false
+			if st.block == nil {
+				delete(d.keys, k)
 			}
 			d.mu.Unlock()
-			switch {
-			case leave:
-				d.leave(m)
-			case hold >= 0:
-				d.holdBack(ctx, m, hold)
-			default:
-				if until, blocked := d.process(ctx, m); blocked {
-					now := d.r.now()
-					d.mu.Lock()
-					st.block = &keyBlock{head: m.Meta.MessageID, since: now, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
-					d.mu.Unlock()
-				}
-			}
-			d.r.held.Add(-1)
-			<-d.buffered
+			return
 		}
+		m := st.queue[0]
+		st.queue[0] = nil
+		st.queue = st.queue[1:]
+		hold, leave := time.Duration(-1), false
+		if b := st.block; b != nil {
+			now := d.r.now()
+			switch {
+			case m.Meta.MessageID == b.head:
+				st.block = nil // the head is back
+			case now.After(b.expire) && m.Meta.ReceivedAt.After(b.since):
+				st.block = nil // the head will not be back; m came after it
+			case now.After(b.expire):
+				// m was received before the head failed: on the broker it
+				// is behind the head, which was never acked here. Never
+				// run it out of order: leave it to come back behind it.
+				leave = true
+			default:
+				hold = max(b.until.Sub(now), minHoldBack)
+			}
+		}
+		d.mu.Unlock()
+		switch {
+		case leave:
+			d.leave(m)
+		case hold >= 0:
+			d.holdBack(ctx, m, hold)
+		default:
+			switch out, until := d.process(ctx, m); out {
+			case outAck:
+				// The worker is free at once; the key stays busy until the
+				// broker answered, so that its next message never starts
+				// before this one is known acked.
+				d.acker.ackThen(d.ackCtx, m.Handle, func(err error) { d.acked(k, st, m, err) })
+				return
+			case outBlocked:
+				d.blockLocked(st, m, until)
+			}
+		}
+		d.settled()
+	}
+}
+
+// blockLocked holds st back behind m, which ended unacked and is due back at
+// until. It takes d.mu.
+func (d *dispatcher[T]) blockLocked(st *keyState[T], m *AckableMessage[T], until time.Time) {
+	now := d.r.now()
+	d.mu.Lock()
+	st.block = &keyBlock{head: m.Meta.MessageID, since: now, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
+	d.mu.Unlock()
+}
+
+// acked is the completion of m's ack, on the goroutine that completed it:
+// it must not block. A failed ack blocks the key behind m exactly as a
+// message that ended unacked does: m comes back (unless the ack took effect
+// after all, an outcome-unknown failure), and the key's later messages are
+// held back until it has, or until its invisibility has passed.
+func (d *dispatcher[T]) acked(k string, st *keyState[T], m *AckableMessage[T], err error) {
+	if err != nil {
+		d.r.src.log.Warn("rmqflow: runner could not ack a message; it will be delivered again, and its lite topic waits for it",
+			"handle", m.Handle.String(), "err", err)
+		d.blockLocked(st, m, d.r.now())
+	}
+	d.settled()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(st.queue) > 0 && !d.closing {
+		d.scheduleLocked(k)
+		return
+	}
+	st.busy = false
+	if len(st.queue) == 0 && st.block == nil {
+		delete(d.keys, k)
 	}
 }
 
@@ -421,9 +500,18 @@ func (d *dispatcher[T]) holdBack(ctx context.Context, m *AckableMessage[T], hold
 // settleTimeout bounds each ack or deferral the runner sends.
 const settleTimeout = 30 * time.Second
 
-// process admits, handles and settles m. It reports whether m ended without
-// an ack (so that the key waits for it) and when it is due back.
-func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (until time.Time, blocked bool) {
+// outcome is how process left a message.
+type outcome int
+
+const (
+	outSettled outcome = iota // settled (or the handler settled it): the key goes on
+	outBlocked                // ended without an ack: the key waits for it to come back
+	outAck                    // to be acked: the key waits for the ack's result
+)
+
+// process admits, handles and settles m, all but its ack: it reports outAck
+// for the caller to send. For outBlocked, until is when m is due back.
+func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (out outcome, until time.Time) {
 	r := d.r
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
@@ -431,13 +519,13 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (unti
 		act, delay, err := r.throttle.apply(actx, m)
 		switch act {
 		case actDeferred:
-			return r.now().Add(delay), true
+			return outBlocked, r.now().Add(delay)
 		case actFailed:
 			if !errors.Is(err, ErrNoDecision) {
 				r.src.log.Warn("rmqflow: throttle could not defer a message; it comes back when its invisibility ends",
 					"handle", m.Handle.String(), "err", err)
 				d.leave(m)
-				return r.now().Add(r.src.cfg.InvisibleDuration), true
+				return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 			}
 			r.src.log.Warn("rmqflow: throttle policy made no decision; the message is admitted", "handle", m.Handle.String())
 		}
@@ -454,19 +542,14 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (unti
 	}
 	switch dec.kind {
 	case DecisionSettled:
-		return time.Time{}, false
+		return outSettled, time.Time{}
 	case DecisionLeave:
 		return d.leaveOrDeadLetter(actx, ctx, m, nil)
 	case DecisionDefer, DecisionRelease:
 		return d.deferOrDeadLetter(actx, ctx, m, dec, nil)
 	}
 	r.valves.forget(m.Meta.MessageID)
-	if err := d.acker.Ack(actx, m.Handle); err != nil {
-		r.src.log.Warn("rmqflow: runner could not ack a message; it will be delivered again",
-			"handle", m.Handle.String(), "err", err)
-		return r.now(), true
-	}
-	return time.Time{}, false
+	return outAck, time.Time{}
 }
 
 // attempts is the deferral count the error backoff grows with: the broker's
@@ -491,7 +574,7 @@ func (d *dispatcher[T]) call(ctx context.Context, m *AckableMessage[T]) (dec Dec
 // deferOrDeadLetter defers (or releases) m as dec says unless a safety valve
 // fires, in which case m is dead-lettered. cause is the handler's error, if
 // any.
-func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], dec Decision, cause error) (time.Time, bool) {
+func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], dec Decision, cause error) (outcome, time.Time) {
 	r := d.r
 	if valve := r.valves.fired(&m.Meta, m.Handle); valve != "" {
 		if cause == nil {
@@ -504,7 +587,7 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 		r.src.log.Warn("rmqflow: runner could not defer a message; it comes back when its invisibility ends",
 			"handle", m.Handle.String(), "err", err)
 		d.leave(m)
-		return r.now().Add(r.src.cfg.InvisibleDuration), true
+		return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 	}
 	r.valves.count(m.Meta.MessageID)
 	reason := dec.reason
@@ -512,14 +595,14 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 		reason = "handler"
 	}
 	r.src.metrics.deferred(actx, reason)
-	return r.now().Add(delay), true
+	return outBlocked, r.now().Add(delay)
 }
 
 // leaveOrDeadLetter leaves m (it comes back when its invisibility ends)
 // unless a safety valve fires, in which case m is dead-lettered. Leaving
 // counts as a deferral for the valves: a message left over and over would
 // otherwise loop for ever.
-func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], cause error) (time.Time, bool) {
+func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], cause error) (outcome, time.Time) {
 	r := d.r
 	if valve := r.valves.fired(&m.Meta, m.Handle); valve != "" {
 		if cause == nil {
@@ -529,12 +612,12 @@ func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *Ackable
 	}
 	d.leave(m)
 	r.valves.count(m.Meta.MessageID)
-	return r.now().Add(r.src.cfg.InvisibleDuration), true
+	return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 }
 
 // deadLetterMsg hands m to the dead-letter function (or the default: log,
-// count, ack) and acks it when that succeeds.
-func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMessage[T], cause error, valve string) (time.Time, bool) {
+// count, ack) and reports outAck when that succeeds.
+func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMessage[T], cause error, valve string) (outcome, time.Time) {
 	r := d.r
 	r.src.metrics.deadLettered(actx, valve)
 	if r.deadLetter == nil {
@@ -546,17 +629,12 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 		delay := min(r.cfg.ErrorBackoffMax, r.cfg.ErrorValves.MaxDeferDuration)
 		if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, delay); err != nil {
 			d.leave(m)
-			return r.now().Add(r.src.cfg.InvisibleDuration), true
+			return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 		}
-		return r.now().Add(delay), true
+		return outBlocked, r.now().Add(delay)
 	}
 	r.valves.forget(m.Meta.MessageID)
-	if err := d.acker.Ack(actx, m.Handle); err != nil {
-		r.src.log.Warn("rmqflow: runner could not ack a dead-lettered message; it will be delivered again",
-			"handle", m.Handle.String(), "err", err)
-		return r.now(), true
-	}
-	return time.Time{}, false
+	return outAck, time.Time{}
 }
 
 func (d *dispatcher[T]) callDeadLetter(ctx context.Context, m *AckableMessage[T], cause error) (err error) {

@@ -7,8 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
@@ -272,4 +277,78 @@ func testNoDeferralAcks(t *testing.T, r *orderRig) {
 		}
 		return true
 	})
+}
+
+// TestRunnerNextWaitsForTheAck: the runner acks without holding its worker,
+// but a lite topic's next message starts only once its predecessor's ack
+// was answered OK: with m1's ack held 300 ms on the wire, the handler sees
+// m2 only after the broker acked m1.
+func TestRunnerNextWaitsForTheAck(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	r := newOrderRig(t, false)
+	ctx := rmqtest.Context(t, 30*time.Second)
+	r.send(ctx, "a", "m1", "m2", "m3") // a backlog: one batch
+	var m1 atomic.Value                // m1's message id
+	r.fake.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
+		for _, e := range c.Request.(*v2.AckMessageRequest).GetEntries() {
+			if id, _ := m1.Load().(string); id != "" && e.GetMessageId() == id {
+				return rmqfake.Verdict{Delay: 300 * time.Millisecond}
+			}
+		}
+		return rmqfake.Verdict{}
+	})
+	var early atomic.Int64 // messages of the lite topic acked when m2 started
+	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		switch m.Value {
+		case "m1":
+			m1.Store(m.Meta.MessageID)
+		case "m2":
+			early.Store(r.fake.Stats().Topics["main"].Counts.Acked)
+		}
+		r.record(m.Value)
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 4}, nil)
+	r.settled(ctx, 3)
+	if got, want := r.snapshot(), []string{"m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+	if early.Load() < 1 {
+		t.Fatalf("m2 started while m1's ack was still on the wire (broker had %d acks)", early.Load())
+	}
+}
+
+// TestRunnerFailedAckKeepsOrder: m1's ack fails (the broker refuses the
+// RPC; nothing is acked). The lite topic is then blocked behind m1 exactly
+// as after a failed handler: m2 and m3 do not run before m1 has come back
+// (after its 10 s invisibility) and been handled and acked again.
+func TestRunnerFailedAckKeepsOrder(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	r := newOrderRig(t, false)
+	ctx := rmqtest.Context(t, 60*time.Second)
+	r.send(ctx, "a", "m1", "m2", "m3") // a backlog: one batch
+	var m1 atomic.Value
+	var refused atomic.Bool
+	r.fake.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
+		for _, e := range c.Request.(*v2.AckMessageRequest).GetEntries() {
+			if id, _ := m1.Load().(string); id != "" && e.GetMessageId() == id && refused.CompareAndSwap(false, true) {
+				return rmqfake.Verdict{Err: status.Error(codes.PermissionDenied, "refused once")} // not retried
+			}
+		}
+		return rmqfake.Verdict{}
+	})
+	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		if m.Value == "m1" {
+			m1.Store(m.Meta.MessageID)
+		}
+		r.record(m.Value)
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 4}, nil)
+	r.waitUntil(ctx, "m3 handled", func(s []string) bool { return count(s, "m3") > 0 })
+	r.settled(ctx, 3)
+	if !refused.Load() {
+		t.Fatal("m1's ack was never refused")
+	}
+	if got, want := r.snapshot(), []string{"m1", "m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
 }
