@@ -531,7 +531,9 @@ func (p *ackPool) changeInvisibleRaw(ctx context.Context, h ReceiptHandle, d tim
 type AckPoolStats struct {
 	// Acks is the number of acks completed by an RPC (any outcome).
 	Acks int64
-	// AckRPCs is the number of AckMessage RPCs sent, retries included.
+	// AckRPCs is the number of AckMessage RPCs sent, retries included. It
+	// counts an RPC when it leaves, Acks when it is answered: with several
+	// RPCs on the wire (MaxInFlight) AckRPCs runs ahead of their acks.
 	AckRPCs int64
 	// InvalidHandles is the number of acks the broker refused as expired.
 	InvalidHandles int64
