@@ -142,7 +142,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.window, "window", 30*time.Second, "the longest timed window of a drain run")
 	fs.IntVar(&c.windowMsgs, "window-messages", 200000, "a drain window also ends after this many messages")
 	fs.IntVar(&c.warmup, "warmup", 5000, "untimed acks before the window (Go peers)")
-	fs.IntVar(&c.javaWarmup, "java-warmup", 20000, "untimed acks before the window (Java peers: JIT)")
+	fs.IntVar(&c.javaWarmup, "java-warmup", 30000, "untimed acks before the window (Java peers: the JIT settles after about 25,000, bench/README.md)")
 	fs.IntVar(&c.size, "size", 1024, "message body `bytes`")
 	fs.IntVar(&c.liteTopics, "lite-topics", 100, "lite topics a lite backlog spreads over")
 	counts := fs.String("topic-counts", "100,10000,100000", "lite topic counts of the topics scenario")
