@@ -187,7 +187,9 @@ func runner(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker, throttled 
 		}
 		r.SetThrottle(th)
 	}
-	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	err = r.Run(ctx)
+	fmt.Fprintf(os.Stderr, "rmqflow: deferrals (rmqflow.throttle.defers by reason):%s\n", m.deferrals())
+	if err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -21,6 +24,21 @@ type meter struct {
 	noop.Meter
 	t     *peerkit.Tracker
 	acked func(ok bool) // nil: ack results are not needed
+
+	defers sync.Map // reason -> *atomic.Int64: rmqflow.throttle.defers, for the log
+}
+
+// deferrals returns the deferrals counted so far by reason, for stderr.
+func (m *meter) deferrals() string {
+	var b strings.Builder
+	m.defers.Range(func(k, v any) bool {
+		fmt.Fprintf(&b, " %s=%d", k, v.(*atomic.Int64).Load())
+		return true
+	})
+	if b.Len() == 0 {
+		return " none"
+	}
+	return b.String()
 }
 
 func (m *meter) Float64Histogram(name string, opts ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
@@ -38,6 +56,8 @@ func (m *meter) Int64Counter(name string, opts ...metric.Int64CounterOption) (me
 		if m.acked != nil {
 			return ackResults{f: m.acked}, nil
 		}
+	case rmqflow.MetricDefers:
+		return deferCounter{m: m}, nil
 	}
 	return m.Meter.Int64Counter(name, opts...)
 }
@@ -61,6 +81,18 @@ func (f fetched) Add(_ context.Context, n int64, _ ...metric.AddOption) {
 		f.t.AddReceives(0, -1)
 		f.t.Arrived()
 	}
+}
+
+type deferCounter struct {
+	noop.Int64Counter
+	m *meter
+}
+
+func (d deferCounter) Add(_ context.Context, n int64, opts ...metric.AddOption) {
+	set := metric.NewAddConfig(opts).Attributes()
+	v, _ := set.Value("reason")
+	c, _ := d.m.defers.LoadOrStore(v.AsString(), new(atomic.Int64))
+	c.(*atomic.Int64).Add(n)
 }
 
 type ackResults struct {
