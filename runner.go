@@ -151,6 +151,19 @@ type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause
 // blocked behind its unacked head anyway (docs/broker-semantics.md,
 // scenario e).
 //
+// Acks: a worker sends its message's ack and takes up other work at once,
+// without waiting for the broker's answer; but the lite topic stays owned
+// until that answer came: its next message starts only after its
+// predecessor's ack was answered OK, so no message runs while an earlier
+// one of its lite topic may still come back. A failed ack (refused, expired
+// handle, or sent with its outcome unknown) counts as a message that ended
+// without an ack: it is expected back, and the lite topic's later messages
+// are held back behind it as above. If the ack did take effect after all
+// (outcome unknown), the message never comes back and the lite topic goes on
+// after InvisibleDuration. Messages waiting for their ack count toward
+// RunnerConfig.MaxHeld, and shutdown waits for them (within
+// ShutdownTimeout).
+//
 // Handler panics are recovered and treated as handler errors.
 type Runner[T any] struct {
 	src        *Source[T]

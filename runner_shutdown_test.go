@@ -3,6 +3,7 @@ package rmqflow_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
+	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // TestRunnerShutdownRelease: a runner stopped with messages still fetched
@@ -104,5 +106,55 @@ func TestRunnerShutdownRelease(t *testing.T) {
 	}
 	if got[acked.Load().(string)] {
 		t.Error("the acked message came back")
+	}
+}
+
+// TestRunnerShutdownWaitsForAcks: a runner stopped while acks are on the
+// wire (each AckMessage held 300 ms by the broker) returns only once they
+// were answered: every handled message is acked on the broker when Run
+// returns, and no goroutine is left behind.
+func TestRunnerShutdownWaitsForAcks(t *testing.T) {
+	for name, mode := range map[string]rmqflow.ShutdownMode{"release": rmqflow.ShutdownRelease, "finish": rmqflow.ShutdownFinish} {
+		t.Run(name, func(t *testing.T) {
+			rmqtest.CheckGoroutines(t)
+			r := newOrderRig(t, false)
+			ctx := rmqtest.Context(t, 30*time.Second)
+			const n = 8
+			for i := range n {
+				r.send(ctx, fmt.Sprintf("t%d", i), "m") // one lite topic each
+			}
+			r.fake.Intercept("AckMessage", func(rmqfake.Call) rmqfake.Verdict {
+				return rmqfake.Verdict{Delay: 300 * time.Millisecond}
+			})
+			var handled atomic.Int64
+			all := make(chan struct{})
+			runner, err := rmqflow.NewRunner(r.src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+				if handled.Add(1) == n {
+					close(all)
+				}
+				return rmqflow.Ack(), nil
+			}, rmqflow.RunnerConfig{Concurrency: 4, Shutdown: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- runner.Run(rctx) }()
+			select {
+			case <-all:
+			case <-ctx.Done():
+				t.Fatalf("handled %d of %d", handled.Load(), n)
+			}
+			cancel() // the acks are still held by the broker
+			if err := <-done; err != nil {
+				t.Fatalf("runner: %v", err)
+			}
+			if got := r.fake.Stats().Topics["main"].Counts.Acked; got != n {
+				t.Fatalf("Run returned with %d of %d acks answered", got, n)
+			}
+			if held := rmqflow.RunnerHeld(runner); held != 0 {
+				t.Fatalf("Run returned holding %d messages", held)
+			}
+		})
 	}
 }
