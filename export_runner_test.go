@@ -11,3 +11,6 @@ func SetRunnerClock[T any](r *Runner[T], now func() time.Time) {
 
 // RunnerHeld is how many messages r took from its source and has not settled.
 func RunnerHeld[T any](r *Runner[T]) int64 { return r.held.Load() }
+
+// RunnerMaxHeld is r's bound on the messages it holds.
+func RunnerMaxHeld[T any](r *Runner[T]) int { return r.cfg.MaxHeld }

@@ -2,6 +2,7 @@ package rmqflow_test
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 	"sync"
@@ -170,5 +171,41 @@ func TestFairShareKeepsColdLiteTopicsFlowing(t *testing.T) {
 	}
 	if fair.maxAttempt >= rmqflow.DefaultMaxDeliveryAttempt {
 		t.Errorf("throttling drove a message to attempt %d", fair.maxAttempt)
+	}
+}
+
+// TestRunnerConfigMaxHeld: MaxHeld defaults to max(Concurrency × 4, 1024),
+// keeps a value set, and refuses a negative one with an *OptionError naming
+// it.
+func TestRunnerConfigMaxHeld(t *testing.T) {
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"},
+		Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}}}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	h := func(context.Context, *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		return rmqflow.Ack(), nil
+	}
+	for _, c := range []struct {
+		cfg  rmqflow.RunnerConfig
+		want int
+	}{
+		{rmqflow.RunnerConfig{}, rmqflow.DefaultRunnerMaxHeld},
+		{rmqflow.RunnerConfig{Concurrency: 512}, 2048},
+		{rmqflow.RunnerConfig{MaxHeld: 10}, 10},
+	} {
+		r, err := rmqflow.NewRunner(src, h, c.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rmqflow.RunnerMaxHeld(r); got != c.want {
+			t.Errorf("%+v: MaxHeld %d, want %d", c.cfg, got, c.want)
+		}
+	}
+	_, err = rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{MaxHeld: -1})
+	var oe *rmqflow.OptionError
+	if !errors.As(err, &oe) || oe.Option != "MaxHeld" {
+		t.Fatalf("MaxHeld -1: %v, want an *OptionError for MaxHeld", err)
 	}
 }
