@@ -140,6 +140,11 @@ func (s *Server) serve(lis net.Listener) {
 		// any message above 32 KiB, such as a SendMessage of 32 1-KiB
 		// messages; finer tiers clear less.
 		experimental.BufferPool(bufferPool),
+		// Handlers run on long-lived goroutines whose stacks have grown
+		// already, instead of a new goroutine per RPC growing its stack
+		// while it decodes the request (gRPC spawns one when all are busy,
+		// as with parked long polls).
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.WaitForHandlers(true),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
@@ -165,6 +170,9 @@ var bufferPool = func() mem.BufferPool {
 	}
 	return mem.NewTieredBufferPool(sizes...)
 }()
+
+// streamWorkers is how many goroutines of a Server run RPC handlers.
+const streamWorkers = 16
 
 // Addr returns the address clients connect to ("127.0.0.1:port").
 func (s *Server) Addr() string { return s.addr }
