@@ -29,7 +29,7 @@ type entry struct {
 // queue is the source's bounded FIFO, with a share per binding. Fetchers
 // reserve room in their binding's share before polling and ask the broker
 // for no more than they reserved, so that no binding holds more than its
-// share (MaxMessageNum × FetchConcurrency) and a binding whose share is full
+// share (2 × MaxMessageNum × FetchConcurrency) and a binding whose share is full
 // stops receiving while the others go on.
 type queue struct {
 	mu       sync.Mutex

@@ -52,8 +52,9 @@ type SourceConfig struct {
 	// group (invisible-duration). 10 s .. 12 h; default 60 s.
 	InvisibleDuration time.Duration
 	// MaxMessageNum is the batch size of each ReceiveMessage
-	// (max-message-num), 1..32. Default 32. The queue holds
-	// MaxMessageNum × FetchConcurrency messages per binding.
+	// (max-message-num), 1..32. Default 32. The queue holds up to
+	// 2 × MaxMessageNum × FetchConcurrency messages per binding: a batch per
+	// fetcher waiting to be taken while the next one is received.
 	MaxMessageNum int
 	// RenewalAheadTime is how long before a queued message's invisibility
 	// ends the source renews it (renewal-ahead-time). Default 5 s; must be
@@ -300,7 +301,9 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	s := &Source[T]{cfg: cfg, dec: dec, log: cfg.logger(), clk: wallClock}
 	s.metrics = newMetrics(cfg.Meter)
 	s.smetrics = newSourceMetrics(cfg.Meter)
-	perBinding := cfg.MaxMessageNum * cfg.FetchConcurrency
+	// Twice the receive window: while the consumer works through one batch
+	// per fetcher, the fetchers receive full batches instead of shrinking.
+	perBinding := 2 * cfg.MaxMessageNum * cfg.FetchConcurrency
 	if cfg.Mode == ModeLite {
 		for _, b := range cfg.Lite {
 			s.binds = append(s.binds, &binding{topic: b.Topic, group: b.Group, lite: true})

@@ -472,7 +472,8 @@ func TestSourceConfigBounds(t *testing.T) {
 
 // TestSourceEnforcesReservation (#17): a broker answering with more messages
 // than asked cannot overfill the queue: the extra ones are released at once
-// and counted.
+// and counted. MaxMessageNum 2: a share of 2 × 2, filled by two polls (10
+// messages answered, 2 kept; then the 8 released, 2 kept).
 func TestSourceEnforcesReservation(t *testing.T) {
 	ctx := rmqtest.Context(t, time.Minute)
 	s := fakeNormal(t)
@@ -488,13 +489,13 @@ func TestSourceEnforcesReservation(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool {
 		most = max(most, src.QueueLen())
 		st := s.Stats().Groups["g"]
-		return st.InFlight == 2 && st.Backlog == 8
+		return st.InFlight == 4 && st.Backlog == 6
 	})
-	if most > 2 {
-		t.Errorf("the queue of 2 held %d messages", most)
+	if most > 4 {
+		t.Errorf("the queue of 4 held %d messages", most)
 	}
-	if got := meter.get(rmqflow.MetricReleased + "{reason=excess}"); got != 8 {
-		t.Errorf("%s{reason=excess} = %d, want 8", rmqflow.MetricReleased, got)
+	if got := meter.get(rmqflow.MetricReleased + "{reason=excess}"); got != 8+6 {
+		t.Errorf("%s{reason=excess} = %d, want 8 + 6", rmqflow.MetricReleased, got)
 	}
 }
 
@@ -557,7 +558,7 @@ func TestSourceMalformedMessages(t *testing.T) {
 }
 
 // TestSourcePerBindingShare (#19): a binding that floods takes at most its own
-// share of the queue (MaxMessageNum × FetchConcurrency); another binding
+// share of the queue (2 × MaxMessageNum × FetchConcurrency); another binding
 // still gets its messages in.
 func TestSourcePerBindingShare(t *testing.T) {
 	ctx := rmqtest.Context(t, time.Minute)
@@ -589,7 +590,7 @@ func TestSourcePerBindingShare(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = src.Close(context.Background()) })
 	sendBodies(t, ctx, s.Addr(), "a", true, numbered("a", 20)...)
-	waitFor(t, 10*time.Second, func() bool { return s.Stats().Groups["ga"].InFlight >= 4 })
+	waitFor(t, 10*time.Second, func() bool { return s.Stats().Groups["ga"].InFlight >= 8 })
 	blockB.Store(false)
 	sendBodies(t, ctx, s.Addr(), "b", true, numbered("b", 3)...)
 	deadline := time.Now().Add(10 * time.Second)
@@ -600,11 +601,11 @@ func TestSourcePerBindingShare(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the fake's counts; there is no event for them
 	}
-	if got := s.Stats().Groups["ga"].InFlight; got != 4 {
-		t.Errorf("binding a holds %d messages, want its share of 4", got)
+	if got := s.Stats().Groups["ga"].InFlight; got != 8 {
+		t.Errorf("binding a holds %d messages, want its share of 2 × 4", got)
 	}
-	if got := src.QueueLen(); got != 7 {
-		t.Errorf("queue holds %d, want 4 + 3", got)
+	if got := src.QueueLen(); got != 11 {
+		t.Errorf("queue holds %d, want 8 + 3", got)
 	}
 }
 
