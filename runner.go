@@ -526,9 +526,13 @@ const (
 // for the caller to send. For outBlocked, until is when m is due back.
 func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (out outcome, until time.Time) {
 	r := d.r
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
+	// actx bounds the admission and the deferrals: made only for a message
+	// that may need it, not for a plain ack (a timer per message).
+	var actx context.Context
 	if r.throttle != nil {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		actx = tctx
 		act, delay, err := r.throttle.apply(actx, m)
 		switch act {
 		case actDeferred:
@@ -547,22 +551,28 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (out 
 	if err == nil && dec.kind == DecisionNone {
 		err = ErrNoDecision
 	}
+	if err == nil && dec.kind == DecisionSettled {
+		return outSettled, time.Time{}
+	}
+	if err == nil && dec.kind != DecisionLeave && dec.kind != DecisionDefer && dec.kind != DecisionRelease {
+		r.valves.forget(m.Meta.MessageID)
+		return outAck, time.Time{}
+	}
+	if actx == nil {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+	}
 	if err != nil {
 		if r.cfg.OnError == ErrorLeave {
 			return d.leaveOrDeadLetter(actx, ctx, m, err)
 		}
 		return d.deferOrDeadLetter(actx, ctx, m, Defer(r.cfg.ErrorBackoffFor(d.attempts(m)), "handler-error"), err)
 	}
-	switch dec.kind {
-	case DecisionSettled:
-		return outSettled, time.Time{}
-	case DecisionLeave:
+	if dec.kind == DecisionLeave {
 		return d.leaveOrDeadLetter(actx, ctx, m, nil)
-	case DecisionDefer, DecisionRelease:
-		return d.deferOrDeadLetter(actx, ctx, m, dec, nil)
 	}
-	r.valves.forget(m.Meta.MessageID)
-	return outAck, time.Time{}
+	return d.deferOrDeadLetter(actx, ctx, m, dec, nil)
 }
 
 // attempts is the deferral count the error backoff grows with: the broker's
