@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -217,11 +218,12 @@ func pacedLiteTopic(shape, id string, i, k int, cold *int) string {
 // cpuSampler samples the broker's JVMs' CPU time (utime+stime from
 // /proc/<pid>/stat) every interval, so that any window can be cut out of it.
 type cpuSampler struct {
-	mu      sync.Mutex
-	samples []cpuSample
-	pids    []int
-	stop    chan struct{}
-	stopped chan struct{}
+	mu       sync.Mutex
+	samples  []cpuSample
+	failedAt []time.Time // samples that could not be read (a JVM gone)
+	pids     []int
+	stop     chan struct{}
+	stopped  chan struct{}
 }
 
 type cpuSample struct {
@@ -290,6 +292,9 @@ func startCPUSampler(pids []int, every time.Duration) (*cpuSampler, error) {
 		for _, pid := range pids {
 			v, err := procCPU(pid, hz)
 			if err != nil {
+				c.mu.Lock()
+				c.failedAt = append(c.failedAt, time.Now())
+				c.mu.Unlock()
 				return err
 			}
 			total += v
@@ -324,11 +329,49 @@ func (c *cpuSampler) close() {
 }
 
 // between is the CPU seconds spent between a and b, interpolated linearly
-// between the samples around each end.
-func (c *cpuSampler) between(a, b time.Time) float64 {
+// between the samples around each end; ok is false when the samples do not
+// cover [a, b] or a sample failed inside it (a JVM gone).
+func (c *cpuSampler) between(a, b time.Time) (cpu float64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return cpuAt(c.samples, b) - cpuAt(c.samples, a)
+	if len(c.samples) == 0 || c.samples[0].at.After(a) || c.samples[len(c.samples)-1].at.Before(b) {
+		return 0, false
+	}
+	for _, t := range c.failedAt {
+		if !t.Before(a) && !t.After(b) {
+			return 0, false
+		}
+	}
+	return cpuAt(c.samples, b) - cpuAt(c.samples, a), true
+}
+
+// settle waits until the broker's CPU rate is steady (two consecutive
+// periods within 10%, or 2% of a CPU, of each other; at most limit) and
+// returns that rate: the baseline the next run is charged above, so that a
+// run does not pay for what the broker still does for the run before it
+// (flushing and dispatching a backlog, pop bookkeeping).
+func (c *cpuSampler) settle(ctx context.Context, period, limit time.Duration) (rate float64, waited time.Duration) {
+	start := time.Now()
+	prev := -1.0
+	for {
+		t0 := time.Now()
+		select {
+		case <-time.After(period):
+		case <-ctx.Done():
+			return max(prev, 0), time.Since(start)
+		}
+		cpu, ok := c.between(t0, time.Now().Add(-50*time.Millisecond))
+		r := cpu / time.Since(t0).Seconds()
+		if ok && prev >= 0 && math.Abs(r-prev) <= max(0.1*prev, 0.02) {
+			return min(r, prev), time.Since(start)
+		}
+		if ok {
+			prev = r
+		}
+		if time.Since(start) >= limit {
+			return max(prev, 0), time.Since(start)
+		}
+	}
 }
 
 func cpuAt(s []cpuSample, t time.Time) float64 {

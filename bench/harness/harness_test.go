@@ -37,12 +37,16 @@ func TestMedianAndSpread(t *testing.T) {
 func TestCPUBetweenInterpolates(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	c := &cpuSampler{samples: []cpuSample{{t0, 10}, {t0.Add(time.Second), 11}, {t0.Add(2 * time.Second), 13}}}
-	got := c.between(t0.Add(500*time.Millisecond), t0.Add(1500*time.Millisecond))
-	if math.Abs(got-1.5) > 1e-9 { // 10.5 → 12.0
-		t.Errorf("between = %v, want 1.5", got)
+	got, ok := c.between(t0.Add(500*time.Millisecond), t0.Add(1500*time.Millisecond))
+	if !ok || math.Abs(got-1.5) > 1e-9 { // 10.5 → 12.0
+		t.Errorf("between = %v, %v, want 1.5", got, ok)
 	}
-	if got := c.between(t0.Add(-time.Hour), t0.Add(time.Hour)); got != 3 {
-		t.Errorf("between outside the samples = %v, want the whole 3", got)
+	if _, ok := c.between(t0.Add(time.Second), t0.Add(time.Hour)); ok {
+		t.Error("a window past the last sample must not be measured")
+	}
+	c.failedAt = []time.Time{t0.Add(time.Second)}
+	if _, ok := c.between(t0.Add(500*time.Millisecond), t0.Add(1500*time.Millisecond)); ok {
+		t.Error("a window with a failed sample (a JVM gone) must not be measured")
 	}
 }
 
@@ -68,7 +72,7 @@ func fakeRun(scenario, name, mode string, conc int, msgs int, secs float64) *run
 // The targets table compares medians, and says "no" when a target is
 // missed.
 func TestTargetsTable(t *testing.T) {
-	b := &bench{cfg: config{concurrency: 4, scenarios: []string{scDrain}, peers: allPeers}}
+	b := &bench{cfg: config{reps: 1, concurrency: 4, scenarios: []string{scDrain}, peers: allPeers}}
 	for _, rate := range []int{1000, 1100, 900} { // raw median 1000
 		b.runs = append(b.runs, fakeRun(scDrain, "raw/raw", "lite", 4, rate, 1))
 	}
@@ -88,7 +92,7 @@ func TestTargetsTable(t *testing.T) {
 		"| Runner ≥ 0.8× Source + AckAsync | lite | 0.74× | **no** |",
 		"| rmqflow ≥ 1.5× the strongest official Go (`official/lite-push`) | lite | 1.90× | yes |",
 		"| rmqflow ahead of the strongest Java (`java/lite-push`) | lite | 2.38× | yes |",
-		"| Runner + throttle ≥ 0.8× Source + AckAsync | lite | not measured | – |",
+		"| Runner + throttle ≥ 0.8× Source + AckAsync | lite | not measured (fewer than 1 successful runs) | – |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("targets table lacks %q:\n%s", want, out)
@@ -97,7 +101,7 @@ func TestTargetsTable(t *testing.T) {
 }
 
 func TestDrainTableShowsSpreadAndUnobservable(t *testing.T) {
-	b := &bench{cfg: config{concurrency: 4, scenarios: []string{scDrain}, peers: allPeers}}
+	b := &bench{cfg: config{reps: 1, concurrency: 4, scenarios: []string{scDrain}, peers: allPeers}}
 	b.runs = append(b.runs, fakeRun(scDrain, "raw/raw", "normal", 4, 1000, 1), fakeRun(scDrain, "raw/raw", "normal", 4, 3000, 1),
 		fakeRun(scDrain, "official/push", "normal", 4, 500, 1))
 	var w bytes.Buffer
@@ -154,5 +158,28 @@ func TestPacedLiteTopicHotShape(t *testing.T) {
 	}
 	if len(counts) != 99 || counts["r-hot"] != 0 || counts["r-5"] != 10 {
 		t.Errorf("cold shape: %d topics, %v", len(counts), counts["r-5"])
+	}
+}
+
+// With repetitions, a cell whose runs mostly failed does not judge a target.
+func TestTargetsNeedEnoughRuns(t *testing.T) {
+	b := &bench{cfg: config{reps: 5, concurrency: 4, scenarios: []string{scDrain}, peers: allPeers}}
+	for i := 0; i < 5; i++ {
+		b.runs = append(b.runs, fakeRun(scDrain, "raw/raw", "normal", 4, 1000, 1))
+		r := fakeRun(scDrain, "rmqflow/loop", "normal", 4, 2000, 1)
+		if i > 1 {
+			r.Result.Error = "failed"
+		}
+		b.runs = append(b.runs, r)
+	}
+	var w bytes.Buffer
+	b.targetsTable(&w)
+	if !strings.Contains(w.String(), "| rmqflow Source + AckAsync ≥ 0.9× raw | normal | not measured (fewer than 3 successful runs) | – |") {
+		t.Errorf("2 of 5 runs judged a target:\n%s", w.String())
+	}
+	w.Reset()
+	b.drainTable(&w, scDrain, "normal", 4, "t")
+	if !strings.Contains(w.String(), "| 2/5 |") {
+		t.Errorf("the runs column must say 2/5:\n%s", w.String())
 	}
 }

@@ -42,6 +42,7 @@ type config struct {
 	peers        []peer
 	reps         int
 	sweepReps    int
+	otherReps    int
 	concurrency  int
 	sweep        []int
 	window       time.Duration
@@ -137,6 +138,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	peers := fs.String("peers", "", "comma-separated `program/variant` peers (default all; see bench/README.md)")
 	fs.IntVar(&c.reps, "reps", 5, "repetitions of each drain cell")
 	fs.IntVar(&c.sweepReps, "sweep-reps", 1, "repetitions of each sweep cell")
+	fs.IntVar(&c.otherReps, "other-reps", 3, "repetitions of each hot-tenant cell")
 	fs.IntVar(&c.concurrency, "concurrency", 4, "concurrency of every peer in drain, open and renewal")
 	sweep := fs.String("sweep", "1,4,16,64", "comma-separated concurrencies of the sweep")
 	fs.DurationVar(&c.window, "window", 30*time.Second, "the longest timed window of a drain run")
@@ -173,20 +175,21 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.peers = allPeers
 	} else {
 		for _, n := range strings.Split(*peers, ",") {
-			p, ok := findPeer(n)
-			if !ok {
+			ps := findPeers(n)
+			if len(ps) == 0 {
 				var names []string
 				for _, p := range allPeers {
 					names = append(names, p.Name())
 				}
-				return c, fmt.Errorf("-peers: unknown %q (want %s)", n, strings.Join(names, ", "))
+				return c, fmt.Errorf("-peers: unknown %q (want a program, rmqflow, raw, official or java, or one of %s)", n, strings.Join(names, ", "))
 			}
-			c.peers = append(c.peers, p)
+			c.peers = append(c.peers, ps...)
 		}
 	}
 	if c.quick {
 		setIfUnset(fs, "scenarios", func() { c.scenarios = []string{scDrain} })
 		setIfUnset(fs, "reps", func() { c.reps = 1 })
+		setIfUnset(fs, "other-reps", func() { c.otherReps = 1 })
 		setIfUnset(fs, "window", func() { c.window = 3 * time.Second })
 		setIfUnset(fs, "window-messages", func() { c.windowMsgs = 20000 })
 		setIfUnset(fs, "warmup", func() { c.warmup = 500 })
@@ -205,7 +208,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if c.endpoint == "" && !c.emulator {
 		return c, errors.New("give -endpoint (or RMQFLOW_ENDPOINT) or -emulator")
 	}
-	if c.reps < 1 || c.sweepReps < 1 || c.concurrency < 1 || c.window <= 0 || c.windowMsgs < 1 || c.warmup < 0 || c.javaWarmup < 0 {
+	if c.reps < 1 || c.sweepReps < 1 || c.otherReps < 1 || c.concurrency < 1 || c.window <= 0 || c.windowMsgs < 1 || c.warmup < 0 || c.javaWarmup < 0 {
 		return c, errors.New("-reps, -sweep-reps, -concurrency, -window and -window-messages must be positive, warm-ups not negative")
 	}
 	if c.liteTopics < 2 {
@@ -303,9 +306,7 @@ func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
 		if cfg.quick {
 			idle = 2 * time.Second
 		}
-		t0 := time.Now()
-		time.Sleep(idle)
-		b.idleCPU = b.tgt.cpu.between(t0, time.Now()) / time.Since(t0).Seconds()
+		b.idleCPU, _ = b.tgt.cpu.settle(ctx, idle, 30*time.Second)
 		fmt.Fprintf(logw, "harness: the broker idles at %.1f%% of one CPU\n", b.idleCPU*100)
 	}
 	return b, nil
@@ -387,7 +388,8 @@ func (b *bench) recordLine(r *run) []byte {
 	line, _ := json.Marshal(map[string]any{
 		"scenario": r.Scenario, "peer": r.Peer.Name(), "mode": r.Mode, "concurrency": r.Concurrency, "rep": r.Rep,
 		"lite_topics": r.LiteTopics, "offered": r.Offered, "shape": r.Shape, "handler_delay": r.HandlerDelay.String(),
-		"invisible": r.Invisible.String(), "id": r.ID, "broker_cpu_seconds": r.Broker, "broker_idle_cpu_per_second": b.idleCPU, "result": r.Result, "log": r.LogPath,
+		"invisible": r.Invisible.String(), "id": r.ID, "pos_in_batch": r.Pos, "producer_lag": r.Lag.String(), "broker_cpu_seconds": r.Broker,
+		"broker_baseline_cpu_per_second": r.BrokerBase, "broker_settle": r.Settle.String(), "result": r.Result, "log": r.LogPath,
 	})
 	return line
 }

@@ -47,22 +47,26 @@ var allPeers = []peer{
 
 func findPeer(name string) (peer, bool) {
 	for _, p := range allPeers {
-		if p.Name() == name || p.Program == name && !strings.Contains(name, "/") && p.Variant == defaultVariant(p.Program) {
+		if p.Name() == name {
 			return p, true
 		}
 	}
 	return peer{}, false
 }
 
-func defaultVariant(program string) string {
-	switch program {
-	case "rmqflow":
-		return "loop"
-	case "raw":
-		return "raw"
-	default:
-		return "simple"
+// findPeers resolves a -peers entry: "program/variant", or a program name
+// for all its variants.
+func findPeers(name string) []peer {
+	if p, ok := findPeer(name); ok {
+		return []peer{p}
 	}
+	var out []peer
+	for _, p := range allPeers {
+		if p.Program == name && !strings.Contains(name, "/") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Scenarios (issue 9 §4).
@@ -92,15 +96,20 @@ type run struct {
 	Window       time.Duration
 	HandlerDelay time.Duration
 	Invisible    time.Duration
-	Offered      float64  // open loop: messages/s offered; 0 = drain a backlog
-	Shape        string   // open loop: "even" or "hot" (hot tenant) or "cold" (the hot shape without the hot topic)
-	Backlog      *backlog // drain: the backlog it reads (shared by the runs of a batch)
+	Offered      float64       // open loop: messages/s offered; 0 = drain a backlog
+	Shape        string        // open loop: "even" or "hot" (hot tenant) or "cold" (the hot shape without the hot topic)
+	Backlog      *backlog      // drain: the backlog it reads (shared by the runs of a batch)
+	Pos          int           // drain: its place in the batch's random order (1 = first on the backlog)
+	Lag          time.Duration // open loop: the producer's worst lag behind its schedule
+	LoadError    string
 
 	ID, Topic, Group string // unique per run
 
-	Result  result
-	Broker  float64 // broker+proxy CPU seconds over the window (-1: not measured)
-	LogPath string
+	Result     result
+	Broker     float64       // broker+proxy CPU seconds over the window above BrokerBase (-1: not measured)
+	BrokerBase float64       // the broker's CPU rate (CPU s/s) when it settled before the run
+	Settle     time.Duration // how long the harness waited for it to settle
+	LogPath    string
 }
 
 // Key names the cell of the report the run counts in (reps aggregate).

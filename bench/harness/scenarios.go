@@ -86,10 +86,15 @@ func (b *bench) plan() []*step {
 				Warmup: w, Window: window, HandlerDelay: delay, Invisible: invisible, Backlog: bl, ID: id, Topic: id,
 				Group: id + "-" + p.Program + "-" + p.Variant})
 		}
-		bl.Messages = warm + msgs + 1000
-		for _, r := range s.runs {
-			r.Messages = bl.Messages
+		// Each peer stops at its own warm-up plus the window's messages; the
+		// backlog holds the largest of those plus slack for what a peer
+		// prefetches (a push consumer's cache: 4,096 messages), so that no
+		// peer's window ends by running out of messages.
+		for i, r := range s.runs {
+			r.Messages = r.Warmup + msgs
+			r.Pos = i + 1
 		}
+		bl.Messages = warm + msgs + msgs/10 + 5000
 		steps = append(steps, s)
 	}
 	modes := []string{"lite", "normal"}
@@ -102,8 +107,8 @@ func (b *bench) plan() []*step {
 	}
 	if b.has(scSweep) {
 		for rep := 1; rep <= c.sweepReps; rep++ {
-			for _, conc := range c.sweep {
-				for _, mode := range modes {
+			for _, conc := range shuffledInts(b, c.sweep) {
+				for _, mode := range shuffledStrings(b, modes) {
 					drain(scSweep, mode, conc, rep, c.liteTopics, b.peersFor(mode), c.window/3, c.windowMsgs/3, 0, 0)
 				}
 			}
@@ -145,20 +150,27 @@ func (b *bench) plan() []*step {
 		// handler, one message at a time), 32 workers: 3,270 msg/s offered
 		// of about 6,400 the workers can do; "cold" is the same load with
 		// no hot topic.
-		for _, shape := range []string{"cold", "hot"} {
-			for _, p := range b.peersFor("lite", "rmqflow/runner", "rmqflow/runner-throttle") {
+		for i := 0; i < c.otherReps*2; i++ {
+			shape := []string{"cold", "hot"}[(i+i/2)%2] // cold hot hot cold cold hot ...
+			for _, p := range shuffled(b.rng, b.peersFor("lite", "rmqflow/runner", "rmqflow/runner-throttle")) {
 				id := b.newID()
 				rate := 99 * 30.0
 				if shape == "hot" {
 					rate += 300
 				}
-				steps = append(steps, &step{runs: []*run{{Scenario: scHot, Peer: p, Mode: "lite", Concurrency: 32, Rep: 1,
+				steps = append(steps, &step{runs: []*run{{Scenario: scHot, Peer: p, Mode: "lite", Concurrency: 32, Rep: i/2 + 1,
 					LiteTopics: 100, Window: c.window, Shape: shape, Offered: rate, HandlerDelay: 5 * time.Millisecond,
 					ID: id, Topic: id, Group: id + "-" + p.Program + "-" + p.Variant}}})
 			}
 		}
 	}
 	return steps
+}
+
+func shuffledInts(b *bench, s []int) []int {
+	out := slices.Clone(s)
+	b.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
 func shuffledStrings(b *bench, s []string) []string {
@@ -215,8 +227,9 @@ func (b *bench) openStep(ctx context.Context, s *step, done *int, total int) err
 		}
 		r.Offered = s.fraction * capacity
 	}
-	warmS := 5.0
-	r.Warmup = int(r.Offered * warmS)
+	// The warm-up is 5 s of the load, and at least the peer's own warm-up
+	// (the JVM's JIT needs its 30,000 messages whatever the rate).
+	r.Warmup = max(int(r.Offered*5), b.warmupFor(r.Peer))
 	r.Messages = r.Warmup + int(r.Offered*r.Window.Seconds())
 	r.Window += 30 * time.Second // the peer ends at Messages; the window is a guard
 	b.runOne(ctx, r, *done, total, func(ready <-chan struct{}, exited <-chan struct{}) (func() string, error) {
@@ -243,8 +256,16 @@ func (b *bench) openStep(ctx context.Context, s *step, done *int, total int) err
 			case <-time.After(10 * time.Second):
 				msg = "the producer had not finished when the peer did"
 			}
+			lag := time.Duration(p.lateMax.Load())
+			r.Lag = lag
+			if msg == "" && lag > time.Second {
+				msg = "the producer fell more than 1 s behind its schedule: the load was not the offered one"
+			}
+			if msg != "" {
+				r.LoadError = msg
+			}
 			return fmt.Sprintf("producer: %d sent, %d failed, worst lag behind schedule %s %s",
-				p.sent.Load(), p.failed.Load(), time.Duration(p.lateMax.Load()).Round(time.Millisecond), msg)
+				p.sent.Load(), p.failed.Load(), lag.Round(time.Millisecond), msg)
 		}, nil
 	})
 	return nil
@@ -285,6 +306,13 @@ func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc)
 	fmt.Fprintf(b.log, "harness: %s ...\n", desc)
 	b.runs = append(b.runs, r)
 	r.Broker = -1
+	if b.tgt.cpu != nil {
+		period := 2 * time.Second
+		if b.cfg.quick {
+			period = time.Second
+		}
+		r.BrokerBase, r.Settle = b.tgt.cpu.settle(ctx, period, 30*time.Second)
+	}
 	sp, err := startPeer(ctx, b.bins[r.Peer.Program], r, b.tgt.endpoint, b.cfg.peerTimeout)
 	if err != nil {
 		r.Result = result{Peer: r.Peer.Program, Variant: r.Peer.Variant, Mode: r.Mode, Error: err.Error()}
@@ -302,15 +330,18 @@ func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc)
 		r.Result.Error = err.Error()
 	}
 	if after != nil {
-		note := after()
-		appendLog(r.LogPath, note)
-		if strings.Contains(note, "failed") && !strings.Contains(note, " 0 failed") && r.Result.Error == "" {
-			r.Result.Error = note
+		appendLog(r.LogPath, after())
+		if r.LoadError != "" && r.Result.Error == "" {
+			r.Result.Error = r.LoadError
 		}
 	}
 	if b.tgt.cpu != nil && r.Result.WindowStartNs > 0 && r.Result.WindowEndNs > r.Result.WindowStartNs {
 		from, to := time.Unix(0, r.Result.WindowStartNs), time.Unix(0, r.Result.WindowEndNs)
-		r.Broker = max(b.tgt.cpu.between(from, to)-b.idleCPU*to.Sub(from).Seconds(), 0)
+		// The window may end a moment before the last sample: wait for one.
+		time.Sleep(200 * time.Millisecond)
+		if cpu, ok := b.tgt.cpu.between(from, to); ok {
+			r.Broker = cpu - r.BrokerBase*to.Sub(from).Seconds()
+		}
 	}
 	b.record(r)
 	if r.Result.Error != "" {
