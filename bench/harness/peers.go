@@ -40,6 +40,8 @@ type result struct {
 	HotE2EP99ms   float64 `json:"hot_e2e_p99_ms"`
 	Startup       float64 `json:"startup_seconds"`
 	Redelivered   int64   `json:"redelivered"`
+	AckFailures   int64   `json:"ack_failures"`
+	ChangeRPCs    int64   `json:"change_rpcs"`
 	Foreign       int64   `json:"foreign"`
 	WindowExpired bool    `json:"window_expired"`
 	Error         string  `json:"error,omitempty"`

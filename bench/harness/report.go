@@ -272,31 +272,32 @@ func (b *bench) openTable(w io.Writer) {
 func (b *bench) hotTable(w io.Writer) {
 	fmt.Fprintf(w, "## (c) Hot tenant\n\n")
 	fmt.Fprint(w, "99 cold lite topics at 30 msgs/s each; *hot* adds one lite topic at 300 msgs/s (10× a cold one, and more than the 200 msgs/s one lite topic can do with a 5 ms handler one message at a time); the Runner has 32 workers and a 5 ms handler. Latency is produce → ack.\n\n")
-	fmt.Fprintln(w, "| peer | load | acked msgs/s | cold e2e p99 ms | hot e2e p99 ms | cold p99 vs no-hot run |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| peer | load | rep | acked msgs/s | cold e2e p99 ms | hot e2e p99 ms | cold p99 vs no-hot run (same rep) | change RPCs/msg |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range b.runs {
 		if r.Scenario != scHot {
 			continue
 		}
 		if r.Result.Error != "" {
-			fmt.Fprintf(w, "| `%s` | %s | failed |||\n", r.Peer.Name(), r.Shape)
+			fmt.Fprintf(w, "| `%s` | %s | %d | failed |||||\n", r.Peer.Name(), r.Shape, r.Rep)
 			continue
 		}
 		vs := "–"
 		if r.Shape == "hot" {
-			if base := b.hotBase(r.Peer); base > 0 {
+			if base := b.hotBase(r.Peer, r.Rep); base > 0 {
 				vs = num(r.Result.ColdE2EP99ms/base, 2) + "×"
 			}
 		}
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s |\n", r.Peer.Name(), r.Shape, num(rate(r), 0), num(r.Result.ColdE2EP99ms, 1), num(r.Result.HotE2EP99ms, 1), vs)
+		fmt.Fprintf(w, "| `%s` | %s | %d | %s | %s | %s | %s | %s |\n", r.Peer.Name(), r.Shape, r.Rep, num(rate(r), 0), num(r.Result.ColdE2EP99ms, 1),
+			num(r.Result.HotE2EP99ms, 1), vs, num(perMsgOrNaN(r, float64(r.Result.ChangeRPCs)), 3))
 	}
 	fmt.Fprintln(w)
 }
 
-// hotBase is the cold p99 of p's run without the hot topic.
-func (b *bench) hotBase(p peer) float64 {
+// hotBase is the cold p99 of p's run without the hot topic in repetition rep.
+func (b *bench) hotBase(p peer, rep int) float64 {
 	for _, r := range b.runs {
-		if r.Scenario == scHot && r.Peer.Name() == p.Name() && r.Shape == "cold" && r.Result.Error == "" {
+		if r.Scenario == scHot && r.Peer.Name() == p.Name() && r.Shape == "cold" && r.Rep == rep && r.Result.Error == "" {
 			return r.Result.ColdE2EP99ms
 		}
 	}
@@ -321,9 +322,9 @@ func (b *bench) topicsTable(w io.Writer) {
 
 func (b *bench) renewalTable(w io.Writer) {
 	fmt.Fprintf(w, "## (f) Renewal: messages held longer than the invisible duration\n\n")
-	fmt.Fprint(w, "Invisible duration 10 s, a 400 ms handler, concurrency 4, up to 32 messages per receive: a message can wait 12.8 s for its turn. A peer that does not renew sees its messages come back (*redelivered*) and its late acks fail.\n\n")
-	fmt.Fprintln(w, "| peer | mode | msgs acked in window | msgs/s | redelivered | result |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|")
+	fmt.Fprint(w, "Invisible duration 10 s, a 400 ms handler, concurrency 4, up to 32 messages per receive: a message can wait 12.8 s for its turn. A peer that does not renew sees its messages come back (*redelivered*: received again) and its late acks fail. The push consumers' invisibility is renewed by the client and proxy (the peer's 10 s does not apply to them).\n\n")
+	fmt.Fprintln(w, "| peer | mode | msgs acked in window | msgs/s | redelivered | failed acks | change RPCs | result |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---|")
 	for _, r := range b.runs {
 		if r.Scenario != scRenewal {
 			continue
@@ -332,7 +333,8 @@ func (b *bench) renewalTable(w io.Writer) {
 		if r.Result.Error != "" {
 			res = "failed: " + r.Result.Error
 		}
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s |\n", r.Peer.Name(), r.Mode, num(float64(r.Result.Messages), 0), num(rate(r), 1), num(float64(r.Result.Redelivered), 0), res)
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.Peer.Name(), r.Mode, num(float64(r.Result.Messages), 0), num(rate(r), 1),
+			num(float64(r.Result.Redelivered), 0), num(orNaN(float64(r.Result.AckFailures)), 0), num(orNaN(float64(r.Result.ChangeRPCs)), 0), res)
 	}
 	fmt.Fprintln(w)
 }
@@ -381,6 +383,43 @@ func (b *bench) targetsTable(w io.Writer) {
 		}
 		if p, s := b.strongest("java", scDrain, mode, c); s.N >= need {
 			row(fmt.Sprintf("rmqflow ahead of the strongest Java (`%s`)", p.Name()), mode, safeDiv(best, s.Median), 1.0)
+		}
+	}
+	if b.has(scHot) {
+		// Lower is better here: the median over repetitions of the cold
+		// topics' p99 with the hot topic over the same repetition's p99
+		// without it.
+		if p, ok := findPeer("rmqflow/runner-throttle"); ok {
+			var ratios []float64
+			for _, r := range b.runs {
+				if r.Scenario == scHot && r.Peer.Name() == p.Name() && r.Shape == "hot" && r.Result.Error == "" {
+					if base := b.hotBase(p, r.Rep); base > 0 {
+						ratios = append(ratios, r.Result.ColdE2EP99ms/base)
+					}
+				}
+			}
+			if len(ratios) == 0 {
+				fmt.Fprintf(w, "| hot tenant: cold p99 with the throttle ≤ 1.2× the no-hot run | lite | not measured | – |\n")
+			} else {
+				m := median(ratios)
+				met := "yes"
+				if m > 1.2 {
+					met = "**no**"
+				}
+				fmt.Fprintf(w, "| hot tenant: cold p99 with the throttle ≤ 1.2× the no-hot run | lite | %s× (%d reps) | %s |\n", num(m, 2), len(ratios), met)
+			}
+		}
+	}
+	if b.has(scRenewal) {
+		for _, r := range b.runs {
+			if r.Scenario == scRenewal && r.Peer.Program == "rmqflow" {
+				met := "yes"
+				if r.Result.Error != "" || r.Result.Redelivered != 0 || r.Result.AckFailures > 0 {
+					met = "**no**"
+				}
+				fmt.Fprintf(w, "| renewal: `%s` loses no message to an expired invisibility (redelivered, failed acks) | %s | %d, %d | %s |\n",
+					r.Peer.Name(), r.Mode, r.Result.Redelivered, r.Result.AckFailures, met)
+			}
 		}
 	}
 	fmt.Fprintln(w)
