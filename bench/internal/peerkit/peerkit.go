@@ -210,6 +210,8 @@ type Result struct {
 	HotE2EP99ms       float64 `json:"hot_e2e_p99_ms"`
 	StartupSeconds    float64 `json:"startup_seconds"`
 	Redelivered       int64   `json:"redelivered"`
+	AckFailures       int64   `json:"ack_failures"`
+	ChangeRPCs        int64   `json:"change_rpcs"`
 	Foreign           int64   `json:"foreign"`
 	WindowExpired     bool    `json:"window_expired"`
 	Error             string  `json:"error,omitempty"`
@@ -253,7 +255,7 @@ func Main(p Peer) {
 			f.Mode = DefaultMode
 		}
 		emit(out, Result{Peer: p.Name, Variant: f.Variant, Mode: f.Mode, Concurrency: f.Concurrency, Warmup: f.Warmup,
-			ReceiveRPCs: -1, EmptyReceives: -1, AckRPCs: -1, RSSBytes: PeakRSS(), Error: err.Error()})
+			ReceiveRPCs: -1, EmptyReceives: -1, AckRPCs: -1, AckFailures: -1, ChangeRPCs: -1, RSSBytes: PeakRSS(), Error: err.Error()})
 		os.Exit(ExitUsage)
 	}
 	os.Exit(run(out, p.Name, f, v.Consume))

@@ -36,9 +36,12 @@ type Tracker struct {
 	window       time.Duration
 	started      time.Time
 
-	recv, empty, ack atomic.Int64
-	ackSource        func() int64 // replaces ack when set
-	noRecv, noAck    bool
+	recv, empty, ack, change atomic.Int64
+	ackSource                func() int64 // replaces ack when set
+	changeSource             func() int64 // added to change when set
+	noRecv, noAck            bool
+	noAckFailures, noChanges bool
+	ackFailures              atomic.Int64
 
 	mu          sync.Mutex
 	firstAt     time.Time
@@ -46,10 +49,11 @@ type Tracker struct {
 	winEnd      time.Time
 	startCPU    time.Duration
 	endCPU      time.Duration
-	startCount  [3]int64
-	endCount    [3]int64
+	startCount  [4]int64
+	endCount    [4]int64
 	expired     bool
 	acked       map[string]struct{}
+	seen        map[string]struct{} // ids of the run received (Seen), whole run
 	foreign     map[string]struct{}
 	redelivered int64
 	inWindow    int
@@ -62,7 +66,7 @@ type Tracker struct {
 // NewTracker starts the books of a run with flags f; the consumer starts now.
 func NewTracker(f Flags) *Tracker {
 	return &Tracker{goal: f.Messages, warmup: f.Warmup, window: f.Window, started: time.Now(),
-		acked: make(map[string]struct{}, f.Messages), foreign: map[string]struct{}{},
+		acked: make(map[string]struct{}, f.Messages), seen: make(map[string]struct{}, f.Messages), foreign: map[string]struct{}{},
 		lat: make([]time.Duration, 0, f.Messages), e2e: make([]time.Duration, 0, f.Messages),
 		done: make(chan struct{})}
 }
@@ -70,6 +74,44 @@ func NewTracker(f Flags) *Tracker {
 // Unobservable marks counters the variant cannot see; they are reported as
 // -1 (empty_receives goes with receive_rpcs). Call it before the run.
 func (t *Tracker) Unobservable(receives, acks bool) { t.noRecv, t.noAck = receives, acks }
+
+// UnobservableAckFailures marks ack_failures as unknown (-1); call it before
+// the run.
+func (t *Tracker) UnobservableAckFailures() { t.noAckFailures = true }
+
+// UnobservableChanges marks change_rpcs as unknown (-1); call it before the
+// run.
+func (t *Tracker) UnobservableChanges() { t.noChanges = true }
+
+// ChangeRPCSource adds src (a counter of ChangeInvisibleDuration RPCs kept
+// elsewhere) to the ones counted with ChangeRPC; the window's change_rpcs is
+// the difference between its ends. Call it before the run.
+func (t *Tracker) ChangeRPCSource(src func() int64) { t.changeSource = src }
+
+// ChangeRPC counts one ChangeInvisibleDuration RPC sent.
+func (t *Tracker) ChangeRPC() { t.change.Add(1) }
+
+// AckFailed counts n acks (entries) the broker refused or that failed, over
+// the whole run.
+func (t *Tracker) AckFailed(n int64) { t.ackFailures.Add(n) }
+
+// Seen records the receipt of a message (every delivery, before its ack):
+// one of the run received before, in this run, counts in redelivered,
+// whatever became of its first ack. A peer that calls Seen for its
+// deliveries gets redeliveries counted at receipt; for one that does not, a
+// message acked again after its first ack is counted at that ack instead.
+func (t *Tracker) Seen(id string, mine bool) {
+	if !mine {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, again := t.seen[id]; again {
+		t.redelivered++
+		return
+	}
+	t.seen[id] = struct{}{}
+}
 
 // AckRPCSource makes the window's ack_rpcs the difference of src between the
 // window's ends (for a client that counts its own ack RPCs). Call it before
@@ -131,7 +173,8 @@ func (t *Tracker) AckRPC() { t.ack.Add(1) }
 func (t *Tracker) AddAckRPCs(n int64) { t.ack.Add(n) }
 
 // Ack records the successful ack of d, returned now. A message not of the
-// run counts in foreign; one acked again after its first ack in redelivered.
+// run counts in foreign; one acked again after its first ack is not counted
+// again (it counts in redelivered if its receipts were not reported by Seen).
 func (t *Tracker) Ack(d Delivery) {
 	now := time.Now()
 	t.mu.Lock()
@@ -141,7 +184,9 @@ func (t *Tracker) Ack(d Delivery) {
 		return
 	}
 	if _, dup := t.acked[d.ID]; dup {
-		t.redelivered++
+		if _, seen := t.seen[d.ID]; !seen {
+			t.redelivered++
+		}
 		return
 	}
 	if !t.winEnd.IsZero() {
@@ -183,12 +228,16 @@ func (t *Tracker) Acked() int {
 	return len(t.acked)
 }
 
-func (t *Tracker) counts() [3]int64 {
+func (t *Tracker) counts() [4]int64 {
 	a := t.ack.Load()
 	if t.ackSource != nil {
 		a = t.ackSource()
 	}
-	return [3]int64{t.recv.Load(), t.empty.Load(), a}
+	c := t.change.Load()
+	if t.changeSource != nil {
+		c += t.changeSource()
+	}
+	return [4]int64{t.recv.Load(), t.empty.Load(), a, c}
 }
 
 func (t *Tracker) startLocked(now time.Time) {
@@ -222,7 +271,8 @@ func (t *Tracker) Result(peer string, f Flags) Result {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := Result{Peer: peer, Variant: f.Variant, Mode: f.Mode, Concurrency: f.Concurrency, Warmup: f.Warmup,
-		Messages: t.inWindow, RSSBytes: PeakRSS(), Redelivered: t.redelivered, Foreign: int64(len(t.foreign)),
+		Messages: t.inWindow, RSSBytes: PeakRSS(), Redelivered: t.redelivered, AckFailures: t.ackFailures.Load(),
+		Foreign:       int64(len(t.foreign)),
 		WindowExpired: t.expired}
 	if !t.firstAt.IsZero() {
 		r.StartupSeconds = t.firstAt.Sub(t.started).Seconds()
@@ -241,12 +291,19 @@ func (t *Tracker) Result(peer string, f Flags) Result {
 		// receiver at each end; never below zero.
 		r.EmptyReceives = max(0, endCount[1]-t.startCount[1])
 		r.AckRPCs = endCount[2] - t.startCount[2]
+		r.ChangeRPCs = endCount[3] - t.startCount[3]
 	}
 	if t.noRecv {
 		r.ReceiveRPCs, r.EmptyReceives = -1, -1
 	}
 	if t.noAck {
 		r.AckRPCs = -1
+	}
+	if t.noAckFailures {
+		r.AckFailures = -1
+	}
+	if t.noChanges {
+		r.ChangeRPCs = -1
 	}
 	r.P50ms, r.P99ms = pcts(t.lat)
 	r.E2EP50ms, r.E2EP99ms = pcts(t.e2e)

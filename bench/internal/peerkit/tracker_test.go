@@ -173,3 +173,74 @@ func TestRunForeignExitsOne(t *testing.T) {
 		t.Errorf("exit %d, %+v; want exit 1, foreign 1, error \"1 foreign messages\", messages 2", code, r)
 	}
 }
+
+// A message received again after its first receipt counts in redelivered,
+// whatever became of its first ack: here the first ack failed (expired
+// handle), so the redelivered copy's ack is the message's first successful
+// ack. Counted once per extra receipt, over the whole run, not again at the
+// ack; foreign receipts are not counted.
+func TestTrackerRedeliveredAtReceipt(t *testing.T) {
+	tr := NewTracker(flags(2, 0))
+	at := tr.Receive(2)
+	tr.Seen("m0", true)
+	tr.Seen("m1", true)
+	tr.AckFailed(1) // m0's ack failed
+	tr.Ack(del(1, "r-1", at))
+	tr.Seen("m0", true) // m0 comes back
+	tr.Seen("x", false)
+	tr.Seen("x", false)
+	tr.Ack(del(0, "r-1", at))
+	tr.Seen("m1", true) // after the window: still counted (whole run)
+	tr.Ack(del(1, "r-1", at))
+	r := tr.Result("p", flags(2, 0))
+	if r.Messages != 2 || r.Redelivered != 2 || r.AckFailures != 1 {
+		t.Errorf("messages %d, redelivered %d, ack failures %d; want 2, 2, 1", r.Messages, r.Redelivered, r.AckFailures)
+	}
+}
+
+// ack_failures counts the whole run, before the window too.
+func TestTrackerAckFailuresWholeRun(t *testing.T) {
+	tr := NewTracker(flags(3, 1))
+	at := tr.Receive(3)
+	tr.AckFailed(2) // before the window
+	tr.Ack(del(0, "r-1", at))
+	tr.AckFailed(1)
+	r := tr.Result("p", flags(3, 1))
+	if r.AckFailures != 3 {
+		t.Errorf("ack failures %d, want 3", r.AckFailures)
+	}
+	u := NewTracker(flags(3, 0))
+	u.UnobservableAckFailures()
+	u.UnobservableChanges()
+	if r := u.Result("p", flags(3, 0)); r.AckFailures != -1 || r.ChangeRPCs != -1 {
+		t.Errorf("unobservable: ack failures %d, change rpcs %d; want -1, -1", r.AckFailures, r.ChangeRPCs)
+	}
+}
+
+// change_rpcs covers the window only: counted ones plus a source's.
+func TestTrackerChangeRPCsInWindow(t *testing.T) {
+	var ext int64
+	tr := NewTracker(flags(3, 1))
+	tr.ChangeRPCSource(func() int64 { return ext })
+	tr.ChangeRPC() // before the window
+	ext = 5
+	at := tr.Receive(3)
+	tr.Ack(del(0, "r-1", at)) // the window starts
+	tr.ChangeRPC()
+	tr.ChangeRPC()
+	ext = 8
+	tr.Ack(del(1, "r-1", at))
+	tr.Ack(del(2, "r-1", at)) // the window ends
+	tr.ChangeRPC()
+	ext = 20
+	r := tr.Result("p", flags(3, 1))
+	if r.ChangeRPCs != 5 {
+		t.Errorf("change rpcs %d, want the window's 2 + 3", r.ChangeRPCs)
+	}
+	b, _ := json.Marshal(r)
+	for _, k := range []string{`"ack_failures":0`, `"change_rpcs":5`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("JSON %s lacks %s", b, k)
+		}
+	}
+}
