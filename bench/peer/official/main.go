@@ -8,10 +8,11 @@
 //     that many acks are in flight;
 //   - simple-plain (normal): the client's example loop, each message acked
 //     in turn by the goroutine that received it;
-//   - push (normal): PushConsumer, --concurrency consumption goroutines, a
-//     listener returning SUCCESS, after which the client acks;
+//   - push (normal): PushConsumer, max(--concurrency, 20) consumption
+//     goroutines (20 is the client's default; each blocks on the ack RPC of
+//     its message), a listener returning SUCCESS, after which the client acks;
 //   - lite-push (lite): LitePushConsumer bound to the LITE main topic
-//     (wildcard group), --concurrency consumption goroutines, the FIFO
+//     (wildcard group), max(--concurrency, 20) consumption goroutines, the FIFO
 //     consume accelerator on; no SubscribeLite (the wildcard group delivers
 //     every lite topic, and the broker refuses SubscribeLite on it); on a
 //     non-wildcard group --subscribe-lite makes it SubscribeLite the run's
@@ -214,7 +215,14 @@ func listener(ctx context.Context, f peerkit.Flags) rmq.PushConsumerOption {
 	}})
 }
 
-// pushOptions are the tuning of both push consumers: --concurrency
+// pushThreads is the push consumers' consumption goroutines: --concurrency,
+// but never below the client's own default of 20. The client acks inside the
+// consumption goroutine and waits for the RPC (process_queue.go), so N
+// goroutines allow at most N acks in flight; fewer than its default would
+// run the client below its own configuration.
+func pushThreads(f peerkit.Flags) int32 { return int32(max(f.Concurrency, 20)) }
+
+// pushOptions are the tuning of both push consumers: pushThreads
 // consumption goroutines (the client acks inside them, one RPC each), and a
 // cache of defCache messages (--cache-messages overrides it) and 64 MiB over
 // all queues (bench/README.md: the A/B behind them).
@@ -224,7 +232,7 @@ func pushOptions(ctx context.Context, f peerkit.Flags, defCache int) []rmq.PushC
 		n = defCache
 	}
 	return []rmq.PushConsumerOption{
-		rmq.WithPushConsumptionThreadCount(int32(f.Concurrency)),
+		rmq.WithPushConsumptionThreadCount(pushThreads(f)),
 		rmq.WithPushMaxCacheMessageCount(int32(n)),
 		rmq.WithPushMaxCacheMessageSizeInBytes(64 << 20),
 		listener(ctx, f),

@@ -19,12 +19,17 @@ import (
 const (
 	methodReceive = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
 	methodAck     = "/apache.rocketmq.v2.MessagingService/AckMessage"
+	methodChange  = "/apache.rocketmq.v2.MessagingService/ChangeInvisibleDuration"
 )
 
 // wire watches the official client's RPCs on its gRPC connection and keeps
 // the tracker's books from them: each ReceiveMessage stream is one receive
 // RPC (empty when it carried no message), each AckMessage one ack RPC, and
-// an entry the broker answered OK is an acked message. The client's own API
+// an entry the broker answered OK is an acked message, any other entry (or
+// every entry of a failed RPC) an ack failure; each ChangeInvisibleDuration
+// is a change RPC; each message a ReceiveMessage brought is a receipt
+// (Tracker.Seen: a message of the run received before is redelivered). The
+// client's own API
 // cannot tell all of this: its Ack returns nil when the broker answers with
 // a non-OK status, and its push consumers ack inside the client without a
 // callback.
@@ -53,12 +58,22 @@ func newWire(f peerkit.Flags, t *peerkit.Tracker) *wire {
 }
 
 func (w *wire) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if method != methodAck {
+	switch method {
+	case methodAck:
+	case methodChange:
+		w.t.ChangeRPC()
+		return invoker(ctx, method, req, reply, cc, opts...)
+	default:
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	w.t.AckRPC()
 	err := invoker(ctx, method, req, reply, cc, opts...)
+	sent := int64(1)
+	if r, ok := req.(*v2.AckMessageRequest); ok {
+		sent = int64(len(r.GetEntries()))
+	}
 	if err != nil {
+		w.t.AckFailed(sent)
 		return err
 	}
 	resp, ok := reply.(*v2.AckMessageResponse)
@@ -67,10 +82,12 @@ func (w *wire) unary(ctx context.Context, method string, req, reply any, cc *grp
 	}
 	entries := resp.GetEntries()
 	if len(entries) == 0 && resp.GetStatus().GetCode() != v2.Code_OK {
+		w.t.AckFailed(sent)
 		fmt.Fprintf(os.Stderr, "official: AckMessage answered %v %q\n", resp.GetStatus().GetCode(), resp.GetStatus().GetMessage())
 	}
 	for _, e := range entries {
 		if c := e.GetStatus().GetCode(); c != v2.Code_OK {
+			w.t.AckFailed(1)
 			fmt.Fprintf(os.Stderr, "official: ack %s answered %v %q (the client's Ack returns nil)\n", e.GetMessageId(), c, e.GetStatus().GetMessage())
 			continue
 		}
@@ -134,7 +151,9 @@ func (w *wire) received(msgs []*v2.Message, ok bool) {
 		if ts := sp.GetBornTimestamp(); ts != nil {
 			born = ts.AsTime()
 		}
-		w.inflight[sp.GetReceiptHandle()] = peerkit.Delivery{ID: sp.GetMessageId(), Mine: w.f.Mine(sp.GetKeys(), sp.GetLiteTopic()),
+		mine := w.f.Mine(sp.GetKeys(), sp.GetLiteTopic())
+		w.t.Seen(sp.GetMessageId(), mine)
+		w.inflight[sp.GetReceiptHandle()] = peerkit.Delivery{ID: sp.GetMessageId(), Mine: mine,
 			LiteTopic: sp.GetLiteTopic(), Born: born, Received: at}
 	}
 }
