@@ -106,10 +106,12 @@ func (r *rateLimiter) sweep(now time.Time) {
 
 // FairShareConfig configures FairShare.
 type FairShareConfig struct {
-	// Window is how much recent throughput counts. Default 10 s.
+	// Window is how much recent throughput counts: a lite topic's rate is its
+	// acks in the window over the time it has been active in the window (at
+	// least one tenth of the window). Default 10 s.
 	Window time.Duration
-	// Slack is how far above its fair share (total / active lite topics) a
-	// lite topic may go before it is deferred. Default 1.5.
+	// Slack is how far above the mean rate of the active lite topics a lite
+	// topic's rate may go before it is deferred. Default 1.5.
 	Slack float64
 	// MinCount is how many acks a lite topic may take in a window before it
 	// can be throttled at all, so that a quiet system throttles no one.
@@ -124,10 +126,18 @@ type FairShareConfig struct {
 }
 
 // FairShare returns a policy that defers a lite topic while it takes more than
-// its share of recent throughput: with n lite topics active in the last
-// Window, a lite topic whose acks exceed Slack × total/n (and MinCount) is
-// deferred, which hands the fetch budget to the others. Unlike a global rate
-// limit it costs the cold lite topics nothing.
+// its share of recent throughput: a lite topic whose rate (acks in the last
+// Window over the time it has been active in it) exceeds Slack × the mean
+// rate of the active lite topics, and whose acks exceed MinCount, is
+// deferred, which hands the fetch budget to the others. Rates, not counts,
+// are compared, so lite topics at the same rate that became active at
+// different times (as a backlog drain hands them out) are all at their share.
+// Unlike a global rate limit it costs the cold lite topics nothing.
+//
+// Cost: per message one map lookup and O(1) arithmetic under a mutex; once
+// per slot (Window/10) one pass over the active lite topics, which expires
+// the oldest slot and recomputes the mean rate. Memory: ~100 B per lite topic
+// active in the window.
 func FairShare[T any](cfg FairShareConfig) (ThrottlePolicy[T], error) {
 	switch {
 	case cfg.Window < 0 || cfg.Slack < 0 || cfg.MinCount < 0 || cfg.Defer < 0:
@@ -150,71 +160,90 @@ func FairShare[T any](cfg FairShareConfig) (ThrottlePolicy[T], error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	fs := &fairShare{cfg: cfg, slot: cfg.Window / fairSlots, counts: map[string]*[fairSlots]int{}}
+	fs := &fairShare{cfg: cfg, slot: max(cfg.Window/fairSlots, 1), topics: map[string]*fairTopic{}}
 	return ThrottlePolicyFunc[T](func(m *AckableMessage[T]) Decision { return fs.decide(keyOfMessage(&m.Meta)) }), nil
 }
 
 // fairSlots splits the window into slots that expire one by one.
 const fairSlots = 10
 
+// fairTopic is one lite topic's acks in the window.
+type fairTopic struct {
+	slots [fairSlots]int32
+	sum   int64 // the sum of slots
+	since int64 // when its acks in the window began (Unix ns)
+}
+
 type fairShare struct {
 	cfg    FairShareConfig
 	slot   time.Duration
 	mu     sync.Mutex
 	epoch  int64 // index of the current slot
-	counts map[string]*[fairSlots]int
-	total  [fairSlots]int
+	topics map[string]*fairTopic
+	// mean is the mean rate (acks per ns) of the lite topics active for at
+	// least one slot, as of the start of the current slot; 0 while fewer than
+	// two such lite topics exist (a lone lite topic is never over its share).
+	mean float64
+}
+
+// rate is t's acks per ns at now: its count over the time it has been active
+// in the window, at least one slot.
+func (f *fairShare) rate(t *fairTopic, now int64) float64 {
+	windowStart := (f.epoch - fairSlots + 1) * int64(f.slot)
+	span := now - max(t.since, windowStart)
+	return float64(t.sum) / float64(max(span, int64(f.slot)))
 }
 
 func (f *fairShare) decide(key string) Decision {
-	now := f.cfg.Now()
+	now := f.cfg.Now().UnixNano()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.advance(now.UnixNano() / int64(f.slot))
-	c := f.counts[key]
-	mine := 0
-	if c != nil {
-		for _, n := range c {
-			mine += n
-		}
-	}
-	total := 0
-	for _, n := range f.total {
-		total += n
-	}
-	active := len(f.counts)
-	if c == nil {
-		active++
-	}
-	if mine >= f.cfg.MinCount && float64(mine) > f.cfg.Slack*float64(total)/float64(active) {
+	f.advance(now)
+	t := f.topics[key]
+	if t != nil && f.mean > 0 && t.sum >= int64(f.cfg.MinCount) && f.rate(t, now) > f.cfg.Slack*f.mean {
 		return Defer(f.cfg.Defer, "fair-share")
 	}
-	if c == nil {
-		c = new([fairSlots]int)
-		f.counts[key] = c
+	if t == nil {
+		t = &fairTopic{since: now}
+		f.topics[key] = t
 	}
-	i := f.epoch % fairSlots
-	c[i]++
-	f.total[i]++
+	t.slots[f.epoch%fairSlots]++
+	t.sum++
 	return Ack()
 }
 
-// advance moves to slot epoch, clearing the slots that fell out of the window
-// and forgetting lite topics with no count left.
-func (f *fairShare) advance(epoch int64) {
+// advance moves to the slot of now: it clears the slots that fell out of the
+// window, forgets lite topics with no count left and takes the mean rate of
+// the lite topics active for at least one slot. One pass over the lite
+// topics, once per slot.
+func (f *fairShare) advance(now int64) {
+	epoch := now / int64(f.slot)
 	if epoch <= f.epoch {
 		return
 	}
 	steps := min(epoch-f.epoch, fairSlots)
-	for s := int64(1); s <= steps; s++ {
-		i := (f.epoch + s) % fairSlots
-		f.total[i] = 0
-		for k, c := range f.counts {
-			c[i] = 0
-			if *c == ([fairSlots]int{}) {
-				delete(f.counts, k)
-			}
+	old := f.epoch
+	f.epoch = epoch
+	slotStart := epoch * int64(f.slot)
+	var sum float64
+	n := 0
+	for k, t := range f.topics {
+		for s := int64(1); s <= steps; s++ {
+			i := (old + s) % fairSlots
+			t.sum -= int64(t.slots[i])
+			t.slots[i] = 0
+		}
+		if t.sum == 0 {
+			delete(f.topics, k)
+			continue
+		}
+		if slotStart-t.since >= int64(f.slot) {
+			sum += f.rate(t, slotStart)
+			n++
 		}
 	}
-	f.epoch = epoch
+	f.mean = 0
+	if n >= 2 {
+		f.mean = sum / float64(n)
+	}
 }

@@ -2,6 +2,8 @@ package rmqflow
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -52,20 +54,29 @@ func TestFairShareDefersOnlyTheHotTopic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Alone, a topic is never over its share.
+	// Alone, a topic is never over its share: 25/s for 2 s.
 	for i := 0; i < 50; i++ {
 		if d := p.Decide(msg("hot")); d.Kind() != DecisionAck {
 			t.Fatalf("a lone lite topic was deferred at message %d", i)
 		}
+		clk.Advance(40 * time.Millisecond)
 	}
-	// Cold topics arrive: hot (50 of 54) is far over 1.5 × 54/5.
-	for _, c := range []string{"c1", "c2", "c3", "c4"} {
-		if d := p.Decide(msg(c)); d.Kind() != DecisionAck {
-			t.Fatalf("cold %s deferred: %+v", c, d)
+	// Cold topics arrive at 4/s each while hot goes on at 25/s: once they
+	// have been active for a slot, hot (25/s) is over 1.5 × the mean rate.
+	var hot Decision
+	for i := 0; i < 50 && hot.Kind() != DecisionDefer; i++ {
+		if i%6 == 0 {
+			for _, c := range []string{"c1", "c2", "c3", "c4"} {
+				if d := p.Decide(msg(c)); d.Kind() != DecisionAck {
+					t.Fatalf("cold %s deferred: %+v", c, d)
+				}
+			}
 		}
+		hot = p.Decide(msg("hot"))
+		clk.Advance(40 * time.Millisecond)
 	}
-	if d := p.Decide(msg("hot")); d.Delay() != 7*time.Second || d.Reason() != "fair-share" {
-		t.Fatalf("hot after cold arrived: %+v, want a 7s fair-share deferral", d)
+	if hot.Delay() != 7*time.Second || hot.Reason() != "fair-share" {
+		t.Fatalf("hot within 2 s of the cold topics' arrival: %+v, want a 7s fair-share deferral", hot)
 	}
 	// After the window passes, the counts are forgotten.
 	clk.Advance(11 * time.Second)
@@ -214,5 +225,158 @@ func TestDecoders(t *testing.T) {
 	var de *DecodeError
 	if _, err := JSONDecoder[v]().Decode([]byte(`{`), nil); !errors.As(err, &de) {
 		t.Errorf("bad JSON: %v, want a DecodeError", err)
+	}
+}
+
+// fairSim drives a FairShare policy with a fake clock: every tick of 10 ms,
+// each started lite topic sends the messages its rate owes it (a topic is
+// paused while deferred, as the broker would). It returns the deferrals per
+// topic and the time of each topic's first deferral.
+type fairSim struct {
+	p        ThrottlePolicy[string]
+	clk      *manualClock
+	rate     map[string]float64   // messages per second
+	start    map[string]time.Time // when the topic starts sending
+	owed     map[string]float64
+	paused   map[string]time.Time
+	defers   map[string]int
+	firstDef map[string]time.Duration
+	t0       time.Time
+}
+
+func newFairSim(t *testing.T, cfg FairShareConfig) *fairSim {
+	t.Helper()
+	// Not aligned with the slots, so that waves start mid-slot.
+	clk := &manualClock{t: time.Unix(1000, 370*int64(time.Millisecond))}
+	cfg.Now = clk.Now
+	p, err := FairShare[string](cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fairSim{p: p, clk: clk, t0: clk.t, rate: map[string]float64{}, start: map[string]time.Time{},
+		owed: map[string]float64{}, paused: map[string]time.Time{}, defers: map[string]int{}, firstDef: map[string]time.Duration{}}
+}
+
+func (s *fairSim) add(topic string, rate float64, after time.Duration) {
+	s.rate[topic] = rate
+	s.start[topic] = s.t0.Add(after)
+}
+
+func (s *fairSim) run(d time.Duration) {
+	const tick = 10 * time.Millisecond
+	topics := make([]string, 0, len(s.rate))
+	for k := range s.rate {
+		topics = append(topics, k)
+	}
+	slices.Sort(topics)
+	for end := s.clk.t.Add(d); s.clk.t.Before(end); s.clk.Advance(tick) {
+		for _, k := range topics {
+			if s.clk.t.Before(s.start[k]) || s.clk.t.Before(s.paused[k]) {
+				continue
+			}
+			s.owed[k] += s.rate[k] * tick.Seconds()
+			for s.owed[k] >= 1 {
+				d := s.p.Decide(msg(k))
+				if d.Kind() == DecisionDefer {
+					s.defers[k]++
+					if _, ok := s.firstDef[k]; !ok {
+						s.firstDef[k] = s.clk.t.Sub(s.t0)
+					}
+					s.paused[k] = s.clk.t.Add(d.Delay())
+					s.owed[k] = 0
+					break
+				}
+				s.owed[k]--
+			}
+		}
+	}
+}
+
+// TestFairShareEqualRatesInWavesAreNeverDeferred: 100 lite topics at the
+// same rate that start in 5 waves over the first window (as a backlog drain
+// hands them out) are all at their fair share; an early topic's larger count
+// is not a larger rate.
+func TestFairShareEqualRatesInWavesAreNeverDeferred(t *testing.T) {
+	s := newFairSim(t, FairShareConfig{})
+	for i := range 100 {
+		wave := i % 5
+		s.add(fmt.Sprintf("l%03d", i), 20, time.Duration(wave)*2*time.Second+time.Duration(wave)*130*time.Millisecond)
+	}
+	s.run(35 * time.Second)
+	if len(s.defers) != 0 {
+		t.Fatalf("equal-rate topics deferred: %v", s.defers)
+	}
+}
+
+// TestFairShareDefersAHotTopicPromptly: one lite topic at 10× the rate of
+// 99 others is deferred within the first window; the cold ones never are.
+func TestFairShareDefersAHotTopicPromptly(t *testing.T) {
+	for _, coldWaves := range []bool{false, true} {
+		s := newFairSim(t, FairShareConfig{})
+		s.add("hot", 100, 0)
+		for i := range 99 {
+			var after time.Duration
+			if coldWaves {
+				after = time.Duration(i%5) * 1700 * time.Millisecond
+			}
+			s.add(fmt.Sprintf("c%03d", i), 10, after)
+		}
+		s.run(35 * time.Second)
+		first, ok := s.firstDef["hot"]
+		if !ok || first > 10*time.Second {
+			t.Errorf("waves=%v: hot first deferred at %v (deferred=%v), want within the 10 s window", coldWaves, first, ok)
+		}
+		if s.defers["hot"] < 2 {
+			t.Errorf("waves=%v: hot deferred %d times in 35 s, want it kept deferred", coldWaves, s.defers["hot"])
+		}
+		if len(s.defers) != 1 {
+			t.Errorf("waves=%v: cold topics deferred: %v", coldWaves, s.defers)
+		}
+	}
+}
+
+// TestFairShareLoneTopicSpeedingUp: a lite topic alone, or all topics
+// speeding up together, is never over its share.
+func TestFairShareLoneTopicSpeedingUp(t *testing.T) {
+	s := newFairSim(t, FairShareConfig{})
+	s.add("a", 5, 0)
+	s.run(12 * time.Second)
+	s.rate["a"] = 200
+	s.run(12 * time.Second)
+	if len(s.defers) != 0 {
+		t.Fatalf("a lone topic speeding up was deferred: %v", s.defers)
+	}
+}
+
+// BenchmarkFairShareDecide: the per-message cost with many active lite
+// topics at 100,000 msg/s (fake clock, 10 µs per message), the per-slot
+// pass amortized in.
+func BenchmarkFairShareDecide(b *testing.B) {
+	for _, lites := range []int{100, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("lite=%d", lites), func(b *testing.B) {
+			clk := &manualClock{t: time.Unix(1000, 0)}
+			p, err := FairShare[string](FairShareConfig{Now: clk.Now})
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs := make([]*AckableMessage[string], lites)
+			for i := range msgs {
+				msgs[i] = msg(fmt.Sprintf("l%07d", i))
+			}
+			// Warm up one window so every lite topic is active.
+			for i := range 10 * lites {
+				p.Decide(msgs[i%lites])
+				clk.Advance(10 * time.Microsecond)
+			}
+			b.ResetTimer()
+			deferred := 0
+			for i := range b.N {
+				if p.Decide(msgs[i%lites]).Kind() == DecisionDefer {
+					deferred++
+				}
+				clk.Advance(10 * time.Microsecond)
+			}
+			b.ReportMetric(float64(deferred), "defers")
+		})
 	}
 }
