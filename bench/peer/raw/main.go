@@ -74,6 +74,9 @@ func receive(ctx context.Context, c *client.Client, f peerkit.Flags, t *peerkit.
 			return
 		}
 		at := t.Receive(len(msgs))
+		for _, m := range msgs {
+			t.Seen(m.MessageID, f.Mine(m.Keys, m.LiteTopic))
+		}
 		for range msgs {
 			f.Delay(ctx)
 		}
@@ -111,6 +114,7 @@ func ack(ctx context.Context, c *client.Client, f peerkit.Flags, t *peerkit.Trac
 		}
 		for i, r := range results {
 			if r.Err != nil {
+				t.AckFailed(1)
 				fmt.Fprintf(os.Stderr, "raw: ack %s: %v\n", r.MessageID, r.Err)
 				continue
 			}
@@ -118,6 +122,9 @@ func ack(ctx context.Context, c *client.Client, f peerkit.Flags, t *peerkit.Trac
 			t.Ack(peerkit.Delivery{ID: m.MessageID, Mine: f.Mine(m.Keys, m.LiteTopic), LiteTopic: m.LiteTopic, Born: m.BornTime, Received: at})
 		}
 		return
+	}
+	if ctx.Err() == nil {
+		t.AckFailed(int64(len(entries)))
 	}
 }
 
