@@ -97,7 +97,7 @@ func loop(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 	}
 	defer closeSource(src)
 	acker := src.Acker()
-	t.AckRPCSource(func() int64 { return acker.Stats().AckRPCs })
+	counters(t, acker)
 	workers := 1 // Next never blocks on an ack: one loop keeps up
 	if f.HandlerDelay > 0 {
 		workers = f.Concurrency // each sleeps in its slot
@@ -120,8 +120,9 @@ func loop(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 					}
 					return
 				}
-				f.Delay(ctx)
 				d := delivery(f, m)
+				t.Seen(d.ID, d.Mine)
+				f.Delay(ctx)
 				fut := acker.AckAsync(ctx, m.Handle)
 				acks.Add(1)
 				go func() {
@@ -129,6 +130,7 @@ func loop(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 					<-fut.Done()
 					if err := fut.Err(); err != nil {
 						if ctx.Err() == nil {
+							t.AckFailed(1)
 							fmt.Fprintf(os.Stderr, "rmqflow: ack %s: %v\n", m.Handle.String(), err)
 						}
 						return
@@ -143,19 +145,26 @@ func loop(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
 	return failed
 }
 
+// counters makes the tracker read the ack pool's ack RPCs and its
+// ChangeInvisibleDuration RPCs (deferrals, lease renewals; the Source's
+// renewals of queued messages come through the meter).
+func counters(t *peerkit.Tracker, acker *rmqflow.Acker) {
+	t.AckRPCSource(func() int64 { return acker.Stats().AckRPCs })
+	t.ChangeRPCSource(func() int64 { return acker.Stats().ChangeInvisible })
+}
+
 // runner: rmqflow.Runner with a handler returning Ack(); the acks' returns
 // are seen through the ack.results metric (see fifo).
 func runner(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker, throttled bool) error {
 	q := &fifo{}
 	m := &meter{t: t, acked: func(ok bool) {
-		d, found := q.pop()
-		switch {
-		case !found:
-			fmt.Fprintln(os.Stderr, "rmqflow: an ack result with no message waiting for it")
-		case ok:
+		if !ok {
+			t.AckFailed(1)
+			fmt.Fprintln(os.Stderr, "rmqflow: an ack failed (its message stays uncredited until acked again)")
+			return
+		}
+		if d, found := q.result(true); found {
 			t.Ack(d)
-		default:
-			fmt.Fprintf(os.Stderr, "rmqflow: an ack failed (attributed to %s)\n", d.ID)
 		}
 	}}
 	src, err := newSource(f, m)
@@ -163,10 +172,12 @@ func runner(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker, throttled 
 		return err
 	}
 	acker := src.Acker()
-	t.AckRPCSource(func() int64 { return acker.Stats().AckRPCs })
+	counters(t, acker)
 	h := func(ctx context.Context, msg *rmqflow.AckableMessage[[]byte]) (rmqflow.Decision, error) {
+		d := delivery(f, msg)
+		t.Seen(d.ID, d.Mine)
 		f.Delay(ctx)
-		q.push(delivery(f, msg))
+		q.push(d)
 		return rmqflow.Ack(), nil
 	}
 	r, err := rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{Concurrency: f.Concurrency})

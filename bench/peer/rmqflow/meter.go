@@ -18,7 +18,8 @@ import (
 // (Connection.Meter) to observe what the library does not return to its
 // caller: every ReceiveMessage records rmqflow.source.receive.duration once,
 // and a non-empty one adds its messages to rmqflow.source.fetched right
-// after; every acked entry adds one to rmqflow.ack.results with its outcome.
+// after; every acked entry adds one to rmqflow.ack.results with its outcome;
+// every renewal of a queued message adds one to rmqflow.renewals.
 // Everything else is a no-op.
 type meter struct {
 	noop.Meter
@@ -58,6 +59,8 @@ func (m *meter) Int64Counter(name string, opts ...metric.Int64CounterOption) (me
 		}
 	case rmqflow.MetricDefers:
 		return deferCounter{m: m}, nil
+	case rmqflow.MetricRenewals:
+		return renewals{t: m.t}, nil
 	}
 	return m.Meter.Int64Counter(name, opts...)
 }
@@ -80,6 +83,24 @@ func (f fetched) Add(_ context.Context, n int64, _ ...metric.AddOption) {
 	if n > 0 {
 		f.t.AddReceives(0, -1)
 		f.t.Arrived()
+	}
+}
+
+// renewals counts the Source's own renewals of queued messages (kind
+// "queue": ChangeInvisibleDuration RPCs sent on the Source's connection, not
+// through the ack pool, so not in AckPoolStats.ChangeInvisible; the lease
+// renewals, kind "lease", are).
+type renewals struct {
+	noop.Int64Counter
+	t *peerkit.Tracker
+}
+
+func (r renewals) Add(_ context.Context, n int64, opts ...metric.AddOption) {
+	set := metric.NewAddConfig(opts).Attributes()
+	if v, _ := set.Value("kind"); v.AsString() == "queue" {
+		for ; n > 0; n-- {
+			r.t.ChangeRPC()
+		}
 	}
 }
 
@@ -109,16 +130,26 @@ func (a ackResults) Add(_ context.Context, n int64, opts ...metric.AddOption) {
 }
 
 // fifo attributes ack results to messages: the Runner acks a message after
-// its handler returns Ack() and tells no one when the ack returns, so the
-// peer queues each message as its handler returns and takes the oldest off
-// at each ack result. The ack pool batches one (group, topic)'s acks in the
-// order they were queued, with a few RPCs on the wire at once, so the
-// attribution can swap messages among the acks in flight (their latencies by
-// a few ms), never the count.
+// its handler returns Ack() and tells no one when the ack returns, and the
+// rmqflow.ack.results metric carries the outcome only (no message id), so
+// the peer queues each message as its handler returns and credits each
+// successful ack result to the oldest queued message not credited yet. A
+// failed result credits nothing: the message whose ack failed stays
+// uncredited (wherever it is in the queue) and comes back (redelivered), and
+// its next successful ack credits one more. So the count of distinct
+// messages credited is exact (each successful ack credits one uncredited
+// message, and the message it belongs to is queued and uncredited unless it
+// was credited already), and no message is lost; what can be wrong is which
+// message an ack is credited to among those whose acks are in flight or
+// failed, so a latency sample can belong to another message. A message
+// acked successfully twice (redelivered after a successful ack) credits no
+// message on its second ack only when none is left uncredited; otherwise it
+// may credit a message whose own ack is still in flight a little early.
 type fifo struct {
-	mu sync.Mutex
-	q  []peerkit.Delivery
-	h  int
+	mu       sync.Mutex
+	q        []peerkit.Delivery
+	h        int
+	credited map[string]struct{}
 }
 
 func (q *fifo) push(d peerkit.Delivery) {
@@ -127,18 +158,31 @@ func (q *fifo) push(d peerkit.Delivery) {
 	q.mu.Unlock()
 }
 
-func (q *fifo) pop() (peerkit.Delivery, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.h == len(q.q) {
+// result attributes one ack result: ok, the oldest queued message not
+// credited yet, now credited (found false when there is none); failed,
+// nothing.
+func (q *fifo) result(ok bool) (peerkit.Delivery, bool) {
+	if !ok {
 		return peerkit.Delivery{}, false
 	}
-	d := q.q[q.h]
-	q.q[q.h] = peerkit.Delivery{}
-	q.h++
-	if q.h > 1024 && q.h*2 > len(q.q) {
-		q.q = append(q.q[:0], q.q[q.h:]...)
-		q.h = 0
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.credited == nil {
+		q.credited = map[string]struct{}{}
 	}
-	return d, true
+	for q.h < len(q.q) {
+		d := q.q[q.h]
+		q.q[q.h] = peerkit.Delivery{}
+		q.h++
+		if q.h > 1024 && q.h*2 > len(q.q) {
+			q.q = append(q.q[:0], q.q[q.h:]...)
+			q.h = 0
+		}
+		if _, done := q.credited[d.ID]; done {
+			continue // a copy of a message credited already
+		}
+		q.credited[d.ID] = struct{}{}
+		return d, true
+	}
+	return peerkit.Delivery{}, false
 }
