@@ -11,7 +11,7 @@ import org.apache.rocketmq.client.java.impl.consumer.LitePushConsumerImpl;
 /**
  * Variant {@code lite-push}: the official LitePushConsumer (client 5.2.0 has
  * no LiteSimpleConsumer), bound to --topic in the wildcard group --group, with
- * --concurrency consumption threads and a listener that returns SUCCESS
+ * max(--concurrency, 20) consumption threads (PushPeer.threads) and a listener that returns SUCCESS
  * (after the --handler-delay sleep), after which the client acks the message
  * (one AckMessage RPC per message). --batch, --invisible and --await do not
  * apply (the client's and broker's).
@@ -64,12 +64,12 @@ final class LitePeer implements Peer {
         Watcher w = new Watcher(tracker, m -> flags.mineByLiteTopic(m.getLiteTopic().orElse(null)), true);
         System.err.printf("java: lite-push: %d consumption threads, maxCacheMessageCount %d, "
                 + "maxCacheMessageSizeInBytes %d, sync at start %b%n",
-            flags.concurrency, PushPeer.cacheCount(CACHE_COUNT), PushPeer.cacheBytes(), syncAtStart());
+            PushPeer.threads(flags), PushPeer.cacheCount(CACHE_COUNT), PushPeer.cacheBytes(), syncAtStart());
         TracedBuilder b = new TracedBuilder(w);
         b.bindTopic(flags.topic)
             .setClientConfiguration(cfg)
             .setConsumerGroup(flags.group)
-            .setConsumptionThreadCount(flags.concurrency)
+            .setConsumptionThreadCount(PushPeer.threads(flags))
             .setMaxCacheMessageCount(PushPeer.cacheCount(CACHE_COUNT))
             .setMaxCacheMessageSizeInBytes(PushPeer.cacheBytes())
             .setMessageListener(PushPeer.listener(flags));

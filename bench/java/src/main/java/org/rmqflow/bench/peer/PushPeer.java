@@ -10,7 +10,7 @@ import org.apache.rocketmq.client.java.impl.consumer.TracedPushConsumer;
 
 /**
  * Variant {@code push}: the official PushConsumer on a normal topic, with
- * --concurrency consumption threads and a listener that returns SUCCESS
+ * max(--concurrency, 20) consumption threads ({@link #threads}) and a listener that returns SUCCESS
  * (after the --handler-delay sleep), after which the client acks the message
  * asynchronously (one AckMessage RPC per message, not waited for by the
  * consumption thread). The client keeps one receive in flight per assigned
@@ -49,6 +49,16 @@ final class PushPeer implements Peer {
         };
     }
 
+    /**
+     * The push consumers' consumption threads: --concurrency, never below the
+     * client's own default of 20 (the Go peer does the same, where each
+     * consumption goroutine waits for its ack RPC; here acks are async, the
+     * floor is kept for symmetry).
+     */
+    static int threads(Flags flags) {
+        return Math.max(flags.concurrency, 20);
+    }
+
     static int cacheCount(int def) {
         return Integer.getInteger("rmqflow.peer.maxCacheMessageCount", def);
     }
@@ -65,9 +75,9 @@ final class PushPeer implements Peer {
             .build();
         Watcher w = new Watcher(tracker, m -> flags.mineByKeys(m.getKeys()), false);
         System.err.printf("java: push: %d consumption threads, maxCacheMessageCount %d, maxCacheMessageSizeInBytes %d%n",
-            flags.concurrency, cacheCount(DEFAULT_CACHE_COUNT), cacheBytes());
+            threads(flags), cacheCount(DEFAULT_CACHE_COUNT), cacheBytes());
         consumer = TracedPushConsumer.start(cfg, flags.group, Map.of(flags.topic, FilterExpression.SUB_ALL),
-            listener(flags), cacheCount(DEFAULT_CACHE_COUNT), cacheBytes(), flags.concurrency, w);
+            listener(flags), cacheCount(DEFAULT_CACHE_COUNT), cacheBytes(), threads(flags), w);
     }
 
     @Override

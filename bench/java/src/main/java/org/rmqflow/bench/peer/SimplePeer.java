@@ -25,7 +25,8 @@ import org.apache.rocketmq.client.apis.message.MessageView;
  * RPC per message.
  *
  * <p>The peer calls every RPC itself, so it counts receive RPCs, empty
- * receives and ack RPCs exactly.
+ * receives, ack RPCs and failed acks exactly; it sends no
+ * ChangeInvisibleDuration (change_rpcs 0).
  */
 final class SimplePeer implements Peer {
     static final String MAX_ACKS = "rmqflow.peer.maxAcksInFlight";
@@ -79,7 +80,13 @@ final class SimplePeer implements Peer {
                     tracker.receiveFailed();
                 }
             })
-            .thenApply(l -> new Batch(l, tracker.received(l.size())));
+            .thenApply(l -> {
+                long at = tracker.received(l.size());
+                for (MessageView mv : l) {
+                    tracker.seen(mv.getMessageId().toString(), flags.mineByKeys(mv.getKeys()));
+                }
+                return new Batch(l, at);
+            });
     }
 
     private void loop() {
@@ -113,6 +120,7 @@ final class SimplePeer implements Peer {
                     tracker.ackRpc();
                     if (e != null) {
                         if (running) {
+                            tracker.ackFailed(1);
                             System.err.println("java: ack " + mv.getMessageId() + ": " + e);
                         }
                         return;

@@ -22,7 +22,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * (--warmup W), or at the first message received when W is 0, and closes at
  * the N-th distinct ack (--messages N) or when --window has passed since it
  * opened. Messages, CPU, RPC counts and latencies cover the window only;
- * redelivered and foreign cover the whole run.
+ * redelivered, ack failures and foreign cover the whole run. A message of
+ * the run received again after its first receipt ({@link #seen}) counts in
+ * redelivered, whatever became of its first ack.
  */
 final class Tracker {
     /** What the harness waits for on stderr: the first message has arrived. */
@@ -41,6 +43,8 @@ final class Tracker {
     private final AtomicLong receiveRpcs = new AtomicLong();
     private final AtomicLong emptyReceives = new AtomicLong();
     private final AtomicLong ackRpcs = new AtomicLong();
+    private final AtomicLong changeRpcs = new AtomicLong();
+    private final AtomicLong ackFailures = new AtomicLong();
     private final Set<String> foreign = java.util.concurrent.ConcurrentHashMap.newKeySet();
     private final AtomicLong receiveFailures = new AtomicLong();
 
@@ -57,6 +61,8 @@ final class Tracker {
     private int windowMessages;
     private long redelivered;
     private final Set<String> acked = new HashSet<>();
+    /** Ids of the run received ({@link #seen}), whole run. */
+    private final Set<String> seen = new HashSet<>();
     private final Longs latencies = new Longs();
     private final Longs e2e = new Longs();
     private final Longs coldE2e = new Longs();
@@ -128,6 +134,34 @@ final class Tracker {
         }
     }
 
+    /**
+     * A message was received (every delivery, before its ack): one of the run
+     * received before counts in redelivered, whatever became of its first
+     * ack. Foreign messages are not counted here.
+     */
+    void seen(String id, boolean mine) {
+        if (!mine) {
+            return;
+        }
+        synchronized (lock) {
+            if (!seen.add(id)) {
+                redelivered++;
+            }
+        }
+    }
+
+    /** n acks (messages) failed or were refused by the broker; whole run. */
+    void ackFailed(long n) {
+        ackFailures.addAndGet(n);
+    }
+
+    /** A ChangeInvisibleDuration RPC returned (counted in the window). */
+    void changeRpc() {
+        if (open) {
+            changeRpcs.incrementAndGet();
+        }
+    }
+
     /** An AckMessage RPC returned (whatever its outcome). */
     void ackRpc() {
         if (open) {
@@ -148,7 +182,9 @@ final class Tracker {
         }
         synchronized (lock) {
             if (!acked.add(id)) {
-                redelivered++;
+                if (!seen.contains(id)) { // a receipt not reported through seen
+                    redelivered++;
+                }
                 return;
             }
             if (firstNanos == 0) {
@@ -270,6 +306,8 @@ final class Tracker {
                 .append(",\"hot_e2e_p99_ms\":").append(lite ? hotE2e.percentileMs(99) : 0.0)
                 .append(",\"startup_seconds\":").append(startup)
                 .append(",\"redelivered\":").append(redelivered)
+                .append(",\"ack_failures\":").append(ackFailures.get())
+                .append(",\"change_rpcs\":").append(changeRpcs.get())
                 .append(",\"foreign\":").append(foreign.size())
                 .append(",\"window_expired\":").append(expired);
         }
@@ -298,7 +336,8 @@ final class Tracker {
             }
             long[] s = Arrays.copyOf(v, n);
             Arrays.sort(s);
-            int rank = (int) Math.ceil(p / 100.0 * n);
+            // ceil(n*p/100) in integers, 1-based: the same formula as Go's peerkit
+            int rank = (int) (((long) n * p + 99) / 100);
             return s[Math.max(rank, 1) - 1] / 1e6;
         }
     }

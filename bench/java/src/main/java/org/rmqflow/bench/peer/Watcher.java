@@ -15,7 +15,12 @@ import org.apache.rocketmq.client.java.message.GeneralMessage;
  * ones the client's own metrics use). RECEIVE: after every ReceiveMessage RPC
  * (one per process queue at a time), with the messages it brought (none: an
  * empty receive; status ERROR: a failed one). ACK: after every AckMessage RPC,
- * retries included, with its one message and whether the broker said OK.
+ * retries included, with its one message and whether the broker said OK
+ * (not OK: an ack failure). CHANGE_INVISIBLE_DURATION: after every
+ * ChangeInvisibleDuration RPC the client sends (a nack of a failed
+ * consumption); the proxy's own renewals of push consumers' messages are not
+ * RPCs of the client and are not seen. Every message a receive brought is a
+ * receipt (Tracker.seen: a message received before is redelivered).
  */
 final class Watcher implements MessageInterceptor {
     private final Tracker tracker;
@@ -43,11 +48,17 @@ final class Watcher implements MessageInterceptor {
             }
             long at = tracker.received(msgs.size());
             for (GeneralMessage m : msgs) {
-                m.getMessageId().ifPresent(id -> receivedAt.put(id.toString(), at));
+                m.getMessageId().ifPresent(id -> {
+                    receivedAt.put(id.toString(), at);
+                    tracker.seen(id.toString(), mine.test(m));
+                });
             }
+        } else if (point == MessageHookPoints.CHANGE_INVISIBLE_DURATION) {
+            tracker.changeRpc();
         } else if (point == MessageHookPoints.ACK) {
             tracker.ackRpc();
             if (ctx.getStatus() != MessageHookPointsStatus.OK) {
+                tracker.ackFailed(msgs.size());
                 return;
             }
             for (GeneralMessage m : msgs) {
