@@ -127,17 +127,22 @@ type FairShareConfig struct {
 
 // FairShare returns a policy that defers a lite topic while it takes more than
 // its share of recent throughput: a lite topic whose rate (acks in the last
-// Window over the time it has been active in it) exceeds Slack × the mean
-// rate of the active lite topics, and whose acks exceed MinCount, is
-// deferred, which hands the fetch budget to the others. Rates, not counts,
-// are compared, so lite topics at the same rate that became active at
-// different times (as a backlog drain hands them out) are all at their share.
-// Unlike a global rate limit it costs the cold lite topics nothing.
+// Window over the time it has been active in it, at least Window/10) exceeds
+// Slack × the rate of the active lite topics taken together (all their acks
+// in the window over the sum of their active times: the mean of their rates
+// weighted by how long each has been active), and whose acks exceed MinCount,
+// is deferred, which hands the fetch budget to the others. A lite topic alone
+// is never deferred. Rates, not counts, are compared, so lite topics at the
+// same rate that became active at different times (as a backlog drain hands
+// them out) are all at their share. Unlike a global rate limit it costs the
+// cold lite topics nothing.
 //
-// Cost: per message one map lookup and O(1) arithmetic under a mutex; once
-// per slot (Window/10) one pass over the active lite topics, which expires
-// the oldest slot and recomputes the mean rate. Memory: ~100 B per lite topic
-// active in the window.
+// Cost: O(1) per message under one mutex — a map lookup, a ring of 10 slot
+// counts per lite topic expired lazily, O(10) arithmetic, and two steps of
+// an incremental sweep that forgets lite topics idle for a window; O(10) per
+// slot (Window/10). No pass over all lite topics ever runs, so 1,000,000
+// lite topics cost no pause. Memory: ~100 B per lite topic seen in the last
+// window or so, plus its name.
 func FairShare[T any](cfg FairShareConfig) (ThrottlePolicy[T], error) {
 	switch {
 	case cfg.Window < 0 || cfg.Slack < 0 || cfg.MinCount < 0 || cfg.Defer < 0:
@@ -160,90 +165,165 @@ func FairShare[T any](cfg FairShareConfig) (ThrottlePolicy[T], error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	fs := &fairShare{cfg: cfg, slot: max(cfg.Window/fairSlots, 1), topics: map[string]*fairTopic{}}
+	fs := &fairShare{cfg: cfg, slot: max(int64(cfg.Window/fairSlots), 1), index: map[string]int32{}, epoch: math.MinInt64 / 2}
 	return ThrottlePolicyFunc[T](func(m *AckableMessage[T]) Decision { return fs.decide(keyOfMessage(&m.Meta)) }), nil
 }
 
 // fairSlots splits the window into slots that expire one by one.
 const fairSlots = 10
 
-// fairTopic is one lite topic's acks in the window.
+// fairTopic is one lite topic's acks in the window. Its slots are expired
+// lazily, when it is next seen.
 type fairTopic struct {
+	key   string
 	slots [fairSlots]int32
 	sum   int64 // the sum of slots
 	since int64 // when its acks in the window began (Unix ns)
+	last  int64 // the slot of its last ack; active while in the window
 }
 
+// fairShare keeps, besides each lite topic's counts, per slot of the window:
+// the acks, the active lite topics whose last ack is in it (they go inactive
+// when it expires) and the lite topics whose activity began in it (young:
+// their active time starts at since; once that slot expires they are old and
+// their active time is the whole window). That makes the pooled rate, total
+// acks over the summed active time, O(fairSlots) to compute.
 type fairShare struct {
-	cfg    FairShareConfig
-	slot   time.Duration
-	mu     sync.Mutex
-	epoch  int64 // index of the current slot
-	topics map[string]*fairTopic
-	// mean is the mean rate (acks per ns) of the lite topics active for at
-	// least one slot, as of the start of the current slot; 0 while fewer than
-	// two such lite topics exist (a lone lite topic is never over its share).
-	mean float64
-}
+	cfg   FairShareConfig
+	slot  int64 // ns
+	mu    sync.Mutex
+	epoch int64 // the current slot
+	index map[string]int32
+	all   []fairTopic
 
-// rate is t's acks per ns at now: its count over the time it has been active
-// in the window, at least one slot.
-func (f *fairShare) rate(t *fairTopic, now int64) float64 {
-	windowStart := (f.epoch - fairSlots + 1) * int64(f.slot)
-	span := now - max(t.since, windowStart)
-	return float64(t.sum) / float64(max(span, int64(f.slot)))
+	total      [fairSlots]int64 // acks per slot
+	totalSum   int64
+	lastCount  [fairSlots]int   // active lite topics by the slot of their last ack
+	active     int              // the sum of lastCount
+	youngCount [fairSlots]int   // lite topics by the slot their activity began in
+	youngOff   [fairSlots]int64 // the sum of their since − the slot's start
+	old        int              // active lite topics whose activity began before the window
+	cursor     int              // of the incremental sweep
 }
 
 func (f *fairShare) decide(key string) Decision {
 	now := f.cfg.Now().UnixNano()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.advance(now)
-	t := f.topics[key]
-	if t != nil && f.mean > 0 && t.sum >= int64(f.cfg.MinCount) && f.rate(t, now) > f.cfg.Slack*f.mean {
-		return Defer(f.cfg.Defer, "fair-share")
+	f.advance(now / f.slot)
+	f.sweep(2)
+	var t *fairTopic
+	if i, ok := f.index[key]; ok {
+		t = &f.all[i]
+		f.expire(t)
+	}
+	if t != nil && t.sum >= int64(f.cfg.MinCount) && f.active >= 2 {
+		windowStart := (f.epoch - fairSlots + 1) * f.slot
+		rate := float64(t.sum) / float64(max(now-max(t.since, windowStart), f.slot))
+		if rate > f.cfg.Slack*f.pooledRate(now) {
+			return Defer(f.cfg.Defer, "fair-share")
+		}
 	}
 	if t == nil {
-		t = &fairTopic{since: now}
-		f.topics[key] = t
+		f.index[key] = int32(len(f.all))
+		f.all = append(f.all, fairTopic{key: key, last: math.MinInt64 / 2})
+		t = &f.all[len(f.all)-1]
 	}
-	t.slots[f.epoch%fairSlots]++
+	cur := f.epoch % fairSlots
+	switch {
+	case t.sum == 0: // (re)starts its activity now
+		t.since = now
+		f.youngCount[cur]++
+		f.youngOff[cur] += now - f.epoch*f.slot
+		f.active++
+		f.lastCount[cur]++
+	case t.last != f.epoch:
+		f.lastCount[t.last%fairSlots]--
+		f.lastCount[cur]++
+	}
+	t.last = f.epoch
+	t.slots[cur]++
 	t.sum++
+	f.total[cur]++
+	f.totalSum++
 	return Ack()
 }
 
-// advance moves to the slot of now: it clears the slots that fell out of the
-// window, forgets lite topics with no count left and takes the mean rate of
-// the lite topics active for at least one slot. One pass over the lite
-// topics, once per slot.
-func (f *fairShare) advance(now int64) {
-	epoch := now / int64(f.slot)
+// pooledRate is the active lite topics' acks in the window over the sum of
+// their active times in it (acks per ns).
+func (f *fairShare) pooledRate(now int64) float64 {
+	windowStart := (f.epoch - fairSlots + 1) * f.slot
+	span := float64(f.old) * float64(now-windowStart)
+	for e := f.epoch - fairSlots + 1; e <= f.epoch; e++ {
+		i := e % fairSlots
+		span += float64(f.youngCount[i])*float64(now-e*f.slot) - float64(f.youngOff[i])
+	}
+	if span <= 0 {
+		return math.Inf(1)
+	}
+	return float64(f.totalSum) / span
+}
+
+// expire clears t's slots that fell out of the window since its last ack.
+func (f *fairShare) expire(t *fairTopic) {
+	if t.last >= f.epoch || t.sum == 0 {
+		return
+	}
+	if t.last <= f.epoch-fairSlots { // inactive: all of it expired
+		t.slots, t.sum = [fairSlots]int32{}, 0
+		return
+	}
+	for e := t.last + 1; e <= f.epoch; e++ {
+		i := e % fairSlots
+		t.sum -= int64(t.slots[i])
+		t.slots[i] = 0
+	}
+}
+
+// advance moves to slot epoch, expiring the slots that fell out of the
+// window: their young lite topics become old, the lite topics whose last ack
+// was in them become inactive. O(fairSlots).
+func (f *fairShare) advance(epoch int64) {
 	if epoch <= f.epoch {
 		return
 	}
-	steps := min(epoch-f.epoch, fairSlots)
-	old := f.epoch
+	if epoch-f.epoch >= fairSlots {
+		f.total, f.lastCount, f.youngCount, f.youngOff = [fairSlots]int64{}, [fairSlots]int{}, [fairSlots]int{}, [fairSlots]int64{}
+		f.totalSum, f.active, f.old = 0, 0, 0
+		f.epoch = epoch
+		return
+	}
+	for e := f.epoch + 1; e <= epoch; e++ {
+		i := e % fairSlots // the slot e − fairSlots expires
+		f.old += f.youngCount[i]
+		f.youngCount[i], f.youngOff[i] = 0, 0
+		f.old -= f.lastCount[i]
+		f.active -= f.lastCount[i]
+		f.lastCount[i] = 0
+		f.totalSum -= f.total[i]
+		f.total[i] = 0
+	}
 	f.epoch = epoch
-	slotStart := epoch * int64(f.slot)
-	var sum float64
-	n := 0
-	for k, t := range f.topics {
-		for s := int64(1); s <= steps; s++ {
-			i := (old + s) % fairSlots
-			t.sum -= int64(t.slots[i])
-			t.slots[i] = 0
+}
+
+// sweep looks at up to n lite topics and forgets those inactive for a window.
+func (f *fairShare) sweep(n int) {
+	for ; n > 0 && len(f.all) > 0; n-- {
+		if f.cursor >= len(f.all) {
+			f.cursor = 0
 		}
-		if t.sum == 0 {
-			delete(f.topics, k)
+		t := &f.all[f.cursor]
+		if t.last > f.epoch-fairSlots {
+			f.cursor++
 			continue
 		}
-		if slotStart-t.since >= int64(f.slot) {
-			sum += f.rate(t, slotStart)
-			n++
+		delete(f.index, t.key)
+		last := len(f.all) - 1
+		if f.cursor != last {
+			f.all[f.cursor] = f.all[last]
+			f.index[f.all[f.cursor].key] = int32(f.cursor)
 		}
-	}
-	f.mean = 0
-	if n >= 2 {
-		f.mean = sum / float64(n)
+		f.all[last] = fairTopic{}
+		f.all = f.all[:last]
 	}
 }

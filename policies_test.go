@@ -3,6 +3,8 @@ package rmqflow
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -378,5 +380,56 @@ func BenchmarkFairShareDecide(b *testing.B) {
 			}
 			b.ReportMetric(float64(deferred), "defers")
 		})
+	}
+}
+
+// TestFairShareBookkeeping: under random traffic over many windows the
+// incremental counters agree with a recount over the lite topics (active
+// count, young + old, acks in the window), and the sweep forgets every lite
+// topic idle for a window.
+func TestFairShareBookkeeping(t *testing.T) {
+	clk := &manualClock{t: time.Unix(5000, 123)}
+	fs := &fairShare{cfg: FairShareConfig{Window: time.Second, Slack: 1.5, MinCount: 3, Defer: time.Second, Now: clk.Now},
+		slot: int64(100 * time.Millisecond), index: map[string]int32{}, epoch: math.MinInt64 / 2}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 200_000 {
+		fs.decide(fmt.Sprintf("l%d", rng.IntN(300)))
+		if rng.IntN(10) == 0 {
+			clk.Advance(time.Duration(rng.IntN(40)) * time.Millisecond)
+		}
+		if rng.IntN(20_000) == 0 {
+			clk.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond) // idle gap
+		}
+		if step%997 != 0 {
+			continue
+		}
+		active, sum, young := 0, int64(0), 0
+		for i := range fs.all {
+			tp := &fs.all[i]
+			if tp.last <= fs.epoch-fairSlots {
+				continue
+			}
+			fs.expire(tp)
+			active++
+			sum += tp.sum
+			if tp.since/fs.slot > fs.epoch-fairSlots {
+				young++
+			}
+		}
+		ys := 0
+		for _, n := range fs.youngCount {
+			ys += n
+		}
+		if active != fs.active || sum != fs.totalSum || young != ys || fs.old != active-young {
+			t.Fatalf("step %d: recount active %d acks %d young %d; counters active %d acks %d young %d old %d",
+				step, active, sum, young, fs.active, fs.totalSum, ys, fs.old)
+		}
+	}
+	clk.Advance(2 * time.Second)
+	for range 2 * len(fs.all) {
+		fs.decide("new")
+	}
+	if len(fs.all) != 1 || len(fs.index) != 1 {
+		t.Fatalf("after an idle window: %d lite topics kept (index %d), want 1", len(fs.all), len(fs.index))
 	}
 }
