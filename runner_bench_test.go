@@ -45,6 +45,11 @@ package rmqflow
 // message per ack answer, which waits up to the ack pool's 5 ms Linger:
 // ≈ 100 / 5 ms = 20,000 msg/s at most. With Linger 500 µs (experiment, not
 // committed) runner/loop was 0.80 and 0.83 there.
+//
+// After b49769c (FairShare compares rates), B again, two runs at 100 lite
+// topics: loop 33288 / 36661, runner 14175 / 18218, runner-throttle 12164 /
+// 18496 with 0 defers; one run at 100,000: loop 27089, runner 27915,
+// runner-throttle 48892.
 
 import (
 	"context"
