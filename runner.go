@@ -197,7 +197,13 @@ func (r *Runner[T]) SetThrottle(t *Throttle[T]) {
 // and acked: dropped. Call it before Run.
 func (r *Runner[T]) SetDeadLetter(f DeadLetterFunc[T]) { r.deadLetter = f }
 
-// NewRunner builds a runner over src (not yet started).
+// NewRunner builds a runner over src, which must not have started (Run
+// starts it). It turns on src's leases (SourceConfig.Leases, with its
+// defaults unless set): every message the runner holds — waiting behind its
+// lite topic's head, in its handler, or waiting for its ack's answer — is
+// renewed RenewalAheadTime before its invisibility ends, up to
+// Leases.MaxExtension (1 h) after it was taken, so that none comes back
+// while the runner still has it.
 func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T], error) {
 	if src == nil {
 		return nil, optionError("Source", "required")
@@ -210,6 +216,9 @@ func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T
 	}
 	cfg = cfg.withDefaults()
 	cfg.ErrorValves = cfg.ErrorValves.withDefaults()
+	if err := src.useLeases(); err != nil {
+		return nil, err
+	}
 	v := newValves(cfg.ErrorValves, time.Now)
 	v.groupMax = src.groupMaxAttempts
 	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, now: time.Now}, nil

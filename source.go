@@ -326,6 +326,27 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	return s, nil
 }
 
+// useLeases turns leases on (LeaseConfig's defaults unless they are on
+// already) for a source that has not started: a Runner holds many messages
+// at once — waiting behind their lite topic's head, in a handler, or for
+// their ack's answer — and each must stay invisible while it has it.
+func (s *Source[T]) useLeases() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return ErrSourceClosed
+	case s.started:
+		return errors.New("rmqflow: a Runner needs a source that has not started (it starts it)")
+	case s.leases != nil:
+		return nil
+	}
+	s.cfg.Leases = LeaseConfig{Enabled: true}.withDefaults()
+	s.leases = newLeaseTable(s.cfg.Leases, s.cfg.InvisibleDuration, s.cfg.RenewalAheadTime, s.pool.s, s.log, s.metrics)
+	s.pool.s.addTable(s.leases)
+	return nil
+}
+
 // Start opens one consumer session per binding (a lite source keeps its
 // wildcard subscription fresh), checks that each topic has a route, and
 // starts the fetch and renewal goroutines. ctx bounds the start only; stop
