@@ -279,16 +279,22 @@ func runModel(t *testing.T, seed uint64) (modelResult, error) {
 			}
 		}
 		if faulty {
+			// The handler draws from rng under st.mu while it runs; so do we.
+			roll := func(n int) int {
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				return rng.IntN(n)
+			}
 			switch {
-			case rng.IntN(8) == 0:
+			case roll(8) == 0:
 				fake.Restart()
 				res.restarts++
-			case !faultsOn && rng.IntN(3) == 0:
+			case !faultsOn && roll(3) == 0:
 				fake.SetFault("AckMessage", rmqfake.Fault{ErrorRate: 0.2})
 				fake.SetFault("ChangeInvisibleDuration", rmqfake.Fault{ErrorRate: 0.2})
 				faultsOn = true
 				res.injected++
-			case faultsOn && rng.IntN(2) == 0:
+			case faultsOn && roll(2) == 0:
 				fake.ClearFaults()
 				faultsOn = false
 			}
