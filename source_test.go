@@ -601,6 +601,15 @@ func TestSourcePerBindingShare(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling the fake's counts; there is no event for them
 	}
+	// The fake counts a message in flight before it streams it to the
+	// client: wait for b's three to reach the queue as well.
+	for src.QueueLen() < 11 {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue holds %d within 10 s, want 8 + 3 (a holds %d, b %d in flight)",
+				src.QueueLen(), s.Stats().Groups["ga"].InFlight, s.Stats().Groups["gb"].InFlight)
+		}
+		time.Sleep(20 * time.Millisecond) // no event for the queue length either
+	}
 	if got := s.Stats().Groups["ga"].InFlight; got != 8 {
 		t.Errorf("binding a holds %d messages, want its share of 2 × 4", got)
 	}
