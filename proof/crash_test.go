@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 )
 
@@ -154,20 +155,28 @@ check:
 // assertCrash checks the verdict: nothing lost or unknown, order held in
 // every run, and duplicates within the in-flight window.
 //
-// The bound: the child writes its record, then the Runner acks synchronously
-// (Acker.Ack returns once the AckMessage RPC answered) before that worker takes
-// another message. So at a SIGKILL at most one handled-but-unconfirmed
-// message per worker exists: Concurrency per crash. A proxy restart adds what
-// the process holds when its acks start failing: every buffered message can
-// be handled and fail its ack (4 × Concurrency in the Runner, MaxMessageNum =
-// 32 in the Source) plus the workers' own: 5 × Concurrency + 32.
+// The bound, from the Runner's crash window (its doc comment and
+// docs/grpc-connector.md, "Delivery semantics"): the child writes its record
+// and returns Ack; the worker sends the ack and moves on, but the lite topic
+// stays owned until the broker answered it, and every message from its
+// handling until that answer holds one of RunnerConfig.MaxHeld's tokens. So at
+// a SIGKILL the messages handled (or being handled) but not confirmed are at
+// most one per lite topic and at most MaxHeld: min(MaxHeld, lite topics) per
+// kill (the Concurrency being handled are among them). A proxy restart makes
+// acks fail; a failed ack holds its lite topic back until the message comes
+// back, so it adds at most one more handling per lite topic, again at most
+// MaxHeld.
 func assertCrash(t *testing.T, p crashPlan, res crashResult) {
 	t.Helper()
 	r := res.report
-	bound := p.kills * p.concurrency
+	maxHeld := max(4*p.concurrency, rmqflow.DefaultRunnerMaxHeld) // the child's RunnerConfig.MaxHeld (default)
+	perKill := min(maxHeld, p.lites)
+	bound := p.kills * perKill
 	if res.restarted {
-		bound += 5*p.concurrency + 32
+		bound += perKill
 	}
+	t.Logf("duplicate bound: %d kills × min(MaxHeld %d, lite topics %d) = %d per kill%s; duplicates by run %v",
+		p.kills, maxHeld, p.lites, perKill, map[bool]string{true: " + one window for the proxy restart", false: ""}[res.restarted], r.DupsByRun)
 	t.Logf("crash suite (%s): %v; duplicate bound %d; produced in %v, whole run %v; handled at each kill %v",
 		p.endpoint, r, bound, res.produceTook.Round(100*time.Millisecond), res.took.Round(100*time.Millisecond), res.killedHandled)
 	if res.restarted {
@@ -182,6 +191,20 @@ func assertCrash(t *testing.T, p crashPlan, res crashResult) {
 	}
 	if r.Dups > bound {
 		t.Errorf("%d duplicates, more than the in-flight bound %d", r.Dups, bound)
+	}
+	// Per kill: a duplicate shows in a run after the kill (or restart) that
+	// left it unconfirmed, so the runs up to j carry at most the windows of
+	// the kills before j.
+	cum := 0
+	for j, d := range r.DupsByRun {
+		cum += d
+		allowed := j * perKill
+		if res.restarted && j >= p.proxyRestartRun {
+			allowed += perKill
+		}
+		if cum > allowed {
+			t.Errorf("runs 1..%d handled %d duplicates, more than the %d their earlier kills allow", j+1, cum, allowed)
+		}
 	}
 	if r.Killed != p.kills || r.Runs != p.kills+1 {
 		t.Errorf("%d runs, %d killed; want %d and %d", r.Runs, r.Killed, p.kills+1, p.kills)
