@@ -284,7 +284,10 @@ func procCPU(pid int, hz float64) (float64, error) {
 	return (u + st) / hz, nil
 }
 
-func startCPUSampler(pids []int, every time.Duration) (*cpuSampler, error) {
+// startCPUSampler samples pids; when one is gone (a JVM restarted), it asks
+// repids for the current ones: the windows around the change are not
+// measured, later ones are.
+func startCPUSampler(pids []int, every time.Duration, repids func() ([]int, error)) (*cpuSampler, error) {
 	hz := clockTicks()
 	c := &cpuSampler{pids: pids, stop: make(chan struct{}), stopped: make(chan struct{})}
 	sample := func() error {
@@ -294,7 +297,13 @@ func startCPUSampler(pids []int, every time.Duration) (*cpuSampler, error) {
 			if err != nil {
 				c.mu.Lock()
 				c.failedAt = append(c.failedAt, time.Now())
+				c.samples = nil // CPU times of other processes do not continue these
 				c.mu.Unlock()
+				if repids != nil {
+					if p, perr := repids(); perr == nil {
+						pids = p
+					}
+				}
 				return err
 			}
 			total += v

@@ -296,7 +296,7 @@ func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w (the harness measures the broker that scripts/rocketmq.sh runs)", err)
 		}
-		if b.tgt.cpu, err = startCPUSampler(pids, 100*time.Millisecond); err != nil {
+		if b.tgt.cpu, err = startCPUSampler(pids, 100*time.Millisecond, func() ([]int, error) { return brokerPIDs(repo) }); err != nil {
 			return nil, err
 		}
 		// The broker's own idle cost (its timers, the name server's
