@@ -114,9 +114,11 @@ CONF
 }
 
 jvm() {
-  # $1 name, rest: main class and args
+  # $1 name, rest: main class and args. setsid: the JVM gets a session of its
+  # own, so that a signal to the process group of whoever started it (a test
+  # binary that restarted the proxy, a shell job ending) does not take it down.
   local name=$1; shift
-  java -server -Xms128m -Xmx"${RMQ_JVM_HEAP:-$RMQ_HEAP}" -XX:MaxDirectMemorySize=512m -XX:+UseG1GC \
+  setsid java -server -Xms128m -Xmx"${RMQ_JVM_HEAP:-$RMQ_HEAP}" -XX:MaxDirectMemorySize=512m -XX:+UseG1GC \
     -Duser.home="$run/home" -Drocketmq.home.dir="$run/home" \
     -Dcom.rocketmq.proxy.configPath="$run/conf/rmq-proxy.json" \
     -Drocketmq.client.logUseSlf4j=false \
