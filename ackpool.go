@@ -16,7 +16,7 @@ import (
 // Defaults of AckPoolConfig.
 const (
 	DefaultAckMaxBatch    = 64
-	DefaultAckLinger      = 5 * time.Millisecond
+	DefaultAckLinger      = time.Duration(0) // no linger: batches form while MaxInFlight RPCs are out
 	DefaultAckMaxAttempts = 3
 	DefaultAckMaxInFlight = 4
 )
@@ -50,25 +50,26 @@ type AckPoolConfig struct {
 	AllowedEndpoints []string
 	// MaxBatch caps the entries of one AckMessage RPC. Default 64.
 	MaxBatch int
-	// Linger is how long an ack waits for others to share its RPC.
-	// Default 5 ms.
+	// Linger is how long an ack waits for others to share its RPC even
+	// when an RPC slot is free. Default 0: an ack leaves at once while
+	// fewer than MaxInFlight RPCs are out, and acks queue up (and then
+	// share one RPC) only while all are out, so batches form under load
+	// and an idle ack costs one RPC's latency. A positive Linger trades
+	// that latency for fewer RPCs at low rates.
 	Linger time.Duration
 	// MaxAttempts bounds the tries of one ack RPC that fails as a whole with a
 	// retriable error (throttling, timeouts, transport). Default 3.
 	MaxAttempts int
 	// MaxInFlight caps the AckMessage RPCs of one group and topic on the
 	// wire at once. Default 4. While all are out, the next batch fills in
-	// the queue; every ack still gets its own entry's result, in whatever
-	// order the RPCs complete.
+	// the queue and leaves when one is answered; every ack still gets its
+	// own entry's result, in whatever order the RPCs complete.
 	MaxInFlight int
 }
 
 func (c AckPoolConfig) withDefaults() AckPoolConfig {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = DefaultAckMaxBatch
-	}
-	if c.Linger == 0 {
-		c.Linger = DefaultAckLinger
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultAckMaxAttempts

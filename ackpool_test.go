@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+
 	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 	"github.com/rmqflow/rmqflow/rmqfake"
@@ -465,5 +467,101 @@ func TestAckPoolRPCsInFlight(t *testing.T) {
 	}
 	if st := pool.Stats(); st.Acks != n || st.AckRPCs != n {
 		t.Errorf("stats %+v, want %d acks in %d RPCs", st, n, n)
+	}
+}
+
+// TestAckPoolIdleAckNoLinger: with the default config, an ack on an idle
+// pool (a free RPC slot) leaves at once: it costs one RPC's latency, not a
+// linger. The pool used to hold every batch open for its 5 ms Linger, so no
+// ack could complete faster than that; the fastest of 20 sequential acks
+// (each waiting for its answer, as a lite topic's next message waits for
+// its predecessor's ack) must now beat it.
+func TestAckPoolIdleAckNoLinger(t *testing.T) {
+	const n, oldLinger = 20, 5 * time.Millisecond
+	s := fakeNormal(t)
+	hs := received(t, s, client.Credentials{}, n)
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	ctx := rmqtest.Context(t, 20*time.Second)
+	fastest := time.Hour
+	for i, h := range hs {
+		t0 := time.Now()
+		if err := pool.Ack(ctx, h); err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+		fastest = min(fastest, time.Since(t0))
+	}
+	if fastest >= oldLinger {
+		t.Errorf("fastest of %d acks on an idle pool took %v, want < %v (no linger)", n, fastest, oldLinger)
+	}
+	if st := pool.Stats(); st.Acks != n || st.AckRPCs != n {
+		t.Errorf("stats %+v, want %d acks in %d RPCs (one per sequential ack)", st, n, n)
+	}
+}
+
+// TestAckPoolBatchesWhileSlotsBusy: while all MaxInFlight RPCs are out, acks
+// accumulate and leave as one RPC as soon as a slot frees, each with its own
+// result; the stats count them once.
+func TestAckPoolBatchesWhileSlotsBusy(t *testing.T) {
+	mc := rmqfake.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := fakeNormal(t, rmqfake.WithClock(mc))
+	const queued = 5
+	hs := received(t, s, client.Credentials{}, 1+queued)
+	onWire := make(chan int, 8) // entries per RPC as it arrives
+	s.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
+		onWire <- len(c.Request.(*v2.AckMessageRequest).GetEntries())
+		return rmqfake.Verdict{Delay: 10 * time.Second} // held until the clock moves
+	})
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 20 * time.Second},
+		MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	ctx := rmqtest.Context(t, 30*time.Second)
+	wire := func() int {
+		t.Helper()
+		select {
+		case k := <-onWire:
+			return k
+		case <-time.After(5 * time.Second):
+			t.Fatal("no ack RPC arrived")
+			return 0
+		}
+	}
+	first := pool.AckAsync(ctx, hs[0])
+	if k := wire(); k != 1 {
+		t.Fatalf("first RPC carried %d entries, want 1 (it leaves at once)", k)
+	}
+	fs := make([]*AckFuture, queued)
+	for i, h := range hs[1:] {
+		fs[i] = pool.AckAsync(ctx, h)
+	}
+	select {
+	case k := <-onWire:
+		t.Fatalf("an RPC of %d entries left while the only slot was taken", k)
+	case <-time.After(100 * time.Millisecond):
+	}
+	mc.Advance(10 * time.Second)
+	if err := first.wait(ctx); err != nil {
+		t.Fatalf("first ack: %v", err)
+	}
+	if k := wire(); k != queued {
+		t.Fatalf("the RPC after the slot freed carried %d entries, want all %d queued", k, queued)
+	}
+	mc.Advance(10 * time.Second)
+	for i, f := range fs {
+		if err := f.wait(ctx); err != nil {
+			t.Errorf("queued ack %d: %v", i, err)
+		}
+	}
+	if got := acked(s); got != 1+queued {
+		t.Errorf("broker acked %d, want %d", got, 1+queued)
+	}
+	if st := pool.Stats(); st.Acks != 1+queued || st.AckRPCs != 2 {
+		t.Errorf("stats %+v, want %d acks in 2 RPCs", st, 1+queued)
 	}
 }

@@ -17,9 +17,12 @@ type ackReq struct {
 }
 
 // batcher coalesces the acks of one (endpoints, namespace, group, topic) into
-// multi-entry AckMessage RPCs: a batch goes out when it reaches MaxBatch or
-// when its first ack has waited Linger, with up to MaxInFlight RPCs on the
-// wire at once. While they are all out, the next batch fills in the queue.
+// multi-entry AckMessage RPCs, Nagle-style: while fewer than MaxInFlight RPCs
+// are on the wire, what is queued leaves at once as one batch (an idle pool
+// pays one RPC's latency per ack, no linger); while all are out, acks
+// accumulate in the queue and leave together, up to MaxBatch per RPC, as soon
+// as a slot frees. Under load the RPCs in flight are the linger. A positive
+// Linger adds a wait for company before every batch, free slot or not.
 type batcher struct {
 	key     batchKey
 	c       *client.Client
@@ -82,7 +85,7 @@ func (b *batcher) run() {
 	timer.Stop()
 	for {
 		// A free slot first: while every RPC is out, acks wait in the queue
-		// and the next batch leaves full.
+		// and leave together when one is answered.
 		select {
 		case b.slots <- struct{}{}:
 		case <-b.stop:
@@ -97,6 +100,21 @@ func (b *batcher) run() {
 			<-b.slots
 			b.finish(nil)
 			return
+		}
+		if b.cfg.Linger <= 0 {
+			// A slot is free: take what is queued (acks that waited for
+			// this slot form the batch) and go.
+		drain:
+			for len(batch) < b.cfg.MaxBatch {
+				select {
+				case r := <-b.in:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			b.send(batch)
+			continue
 		}
 		timer.Reset(b.cfg.Linger)
 	collect:
