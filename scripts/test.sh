@@ -30,4 +30,4 @@ echo "== go test (rmqfake/officialclient_test)"
 # The bench module: the harness's own unit tests (statistics, report, plan)
 # run; the peer tests need RMQFLOW_BENCH=1 (make bench), so the rest is only
 # built and vetted here.
-(cd bench && go test -count=1 ./harness/ && go test -count=1 -run XXX ./...)
+(cd bench && go test -count=1 ./harness/ ./internal/peerkit/ ./peer/... && go test -count=1 -run XXX ./...)
