@@ -184,6 +184,7 @@ func (b *bench) reportTo(w io.Writer) {
 
 func (b *bench) drainTable(w io.Writer, scenario, mode string, conc int, title string) {
 	fmt.Fprintf(w, "## %s\n\n", title)
+	fmt.Fprint(w, "p50 / p99: receive → ack returned. e2e: produce (born timestamp) → ack returned; in a drain that is mostly how long the message sat in the backlog before this peer started, so compare it only within a run, and read the open-loop table for latency.\n\n")
 	fmt.Fprintln(w, "| peer | msgs/s | vs raw | client CPU µs/msg | broker CPU µs/msg | receive RPC/msg | ack RPC/msg | empty receives | p50 / p99 ms | e2e p50 / p99 ms | peak RSS MB | start-up s | runs ok/planned |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	rawRate := 0.0
