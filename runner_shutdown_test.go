@@ -16,7 +16,7 @@ import (
 )
 
 // TestRunnerShutdownRelease: a runner stopped with messages still fetched
-// gives them back at once (a rival consumer gets them long before their 30 s
+// gives them back at once (a rival consumer gets them long before their 90 s
 // invisibility ends), waits for the handler in flight, and leaves no
 // goroutine behind. Handler errors defer the message (ErrorDefer).
 func TestRunnerShutdownRelease(t *testing.T) {
@@ -25,7 +25,7 @@ func TestRunnerShutdownRelease(t *testing.T) {
 	run := rmqtest.Unique("stop")
 	produce(t, topic, run, n, n)
 	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn(t), Lite: []rmqflow.LiteBinding{{Topic: topic, Group: group}},
-		InvisibleDuration: 30 * time.Second, AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
+		InvisibleDuration: 90 * time.Second, AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,12 @@ func TestRunnerShutdownRelease(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	<-started
-	<-started // both workers busy; the rest waits in the runner and the source
+	<-started // both workers busy; the rest waits in the runner
+	// Wait until the runner has them all: a receive cut short by the
+	// shutdown could lose its answer in transit, and those messages would
+	// come back only when their invisibility ends. (Leftovers of other runs
+	// on the topic are acked at once and may add to the count for a while.)
+	waitHeld(t, rmqtest.Context(t, 20*time.Second), r, func(held int64) bool { return held >= n })
 	cancel()
 	close(release)
 	if err := <-done; err != nil {
@@ -72,9 +77,9 @@ func TestRunnerShutdownRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rival.Close(context.Background())
-	// Released messages come back long before their 30 s invisibility would
+	// Released messages come back long before their 90 s invisibility would
 	// end (a new consumer may wait for the broker's lite dispatch, ~10 s).
-	rctx := rmqtest.Context(t, 25*time.Second)
+	rctx := rmqtest.Context(t, 55*time.Second)
 	if _, err := rival.OpenSession(rctx, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: group,
 		Subscriptions: []client.Subscription{{Topic: topic}}, LiteWildcard: true}); err != nil {
 		t.Fatal(err)
@@ -89,7 +94,10 @@ func TestRunnerShutdownRelease(t *testing.T) {
 		}
 		return k
 	}
-	for released() < want && rctx.Err() == nil {
+	for released() < want {
+		if dl, _ := rctx.Deadline(); time.Until(dl) < 7*time.Second {
+			break // too little time left for a 5 s long poll (ILLEGAL_POLLING_TIME)
+		}
 		msgs, err := rival.Receive(rctx, client.ReceiveRequest{Group: group, Topic: topic, Lite: true, InvisibleDuration: 30 * time.Second, LongPollingTimeout: 5 * time.Second})
 		if err != nil && rctx.Err() == nil {
 			t.Fatal(err)
@@ -102,7 +110,7 @@ func TestRunnerShutdownRelease(t *testing.T) {
 		}
 	}
 	if released() != want {
-		t.Fatalf("rival received %d released messages within 25 s, want %d", released(), want)
+		t.Fatalf("rival received %d released messages within 48 s, want %d", released(), want)
 	}
 	if got[acked.Load().(string)] {
 		t.Error("the acked message came back")

@@ -140,6 +140,12 @@ func (b *broker) longPoll(ctx context.Context, r *popRequest, poll time.Duration
 			b.mu.Unlock()
 			return nil, nil, nil, status.Error(codes.Unavailable, "rmqfake: server stopped")
 		}
+		if err := ctx.Err(); err != nil {
+			// The client left (its cancellation came before whatever woke
+			// this poll): pop nothing it would never read.
+			b.mu.Unlock()
+			return nil, nil, nil, status.FromContextError(err).Err()
+		}
 		tt, g, f := b.target(r)
 		if f != nil {
 			b.mu.Unlock()
