@@ -216,8 +216,13 @@ up() {
   if pid_alive proxy && port_open "$RMQ_GRPC_PORT"; then
     log "already running at $endpoint"
   else
-    if port_open "$RMQ_GRPC_PORT" || port_open "$RMQ_NAMESRV_PORT"; then
+    # A JVM of ours may have died alone (a crashed proxy): start what is
+    # missing. A port held by a process this script did not start is fatal.
+    if { port_open "$RMQ_GRPC_PORT" && ! pid_alive proxy; } || { port_open "$RMQ_NAMESRV_PORT" && ! pid_alive namesrv; }; then
       die "port $RMQ_GRPC_PORT or $RMQ_NAMESRV_PORT is taken by something this script did not start"
+    fi
+    if pid_alive proxy; then
+      stop_pid proxy 6 # alive but not serving: start it afresh
     fi
     write_conf
     local t0=$SECONDS

@@ -189,3 +189,27 @@ func TestTargetsNeedEnoughRuns(t *testing.T) {
 		t.Errorf("the runs column must say 2/5:\n%s", w.String())
 	}
 }
+
+// The watchdog acts on the proxy's signs of degradation, not on a peer's own
+// failures, and never on the emulator.
+func TestWatchdogSigns(t *testing.T) {
+	for err, want := range map[string]bool{
+		"rocketmq: ReceiveMessage: ILLEGAL_POLLING_TIME (40018): The deadline time remaining is not enough": true,
+		"telemetry: settings handshake timed out":                                                           true,
+		"rpc error: code = Unavailable desc = connection refused":                                           true,
+		"3 foreign messages": false,
+		"the producer fell more than 1 s behind its schedule": false,
+		"": false,
+	} {
+		if got := degraded(err); got != want {
+			t.Errorf("degraded(%q) = %v, want %v", err, got, want)
+		}
+	}
+	b := &bench{tgt: &target{}, cfg: config{}}
+	b.tgt.fake = nil
+	b.cfg.noWatchdog = true
+	b.watch(t.Context(), &run{Result: result{Error: "ILLEGAL_POLLING_TIME"}})
+	if len(b.restarts) != 0 {
+		t.Fatal("the watchdog restarted the proxy although -no-watchdog was set")
+	}
+}

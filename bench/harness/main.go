@@ -53,6 +53,7 @@ type config struct {
 	liteTopics   int
 	topicCounts  []int
 	seed         uint64
+	noWatchdog   bool
 	peerTimeout  time.Duration
 	goBenchCount int
 	json         bool
@@ -148,6 +149,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.size, "size", 1024, "message body `bytes`")
 	fs.IntVar(&c.liteTopics, "lite-topics", 100, "lite topics a lite backlog spreads over")
 	counts := fs.String("topic-counts", "100,10000,100000", "lite topic counts of the topics scenario")
+	fs.BoolVar(&c.noWatchdog, "no-watchdog", false, "do not restart the proxy after a run failed with a sign of a degraded proxy (ILLEGAL_POLLING_TIME, Telemetry handshake timeouts, …)")
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the run order (default: from the clock; printed)")
 	fs.DurationVar(&c.peerTimeout, "peer-timeout", 4*time.Minute, "give up on a peer run after this long")
 	fs.BoolVar(&c.json, "json", false, "print one JSON line per run (as in results.jsonl) instead of the summary tables")
@@ -242,19 +244,20 @@ func ints(s string) ([]int, error) {
 
 // bench is one harness run.
 type bench struct {
-	cfg     config
-	log     io.Writer
-	tgt     *target
-	bins    map[string][]string
-	rng     *rand.Rand
-	stamp   string
-	seq     int
-	runs    []*run
-	goBench []string // output lines of the in-process Go benchmarks
-	rss     []string // TestRSS10kInFlight's lines
-	started time.Time
-	results *os.File
-	idleCPU float64 // the broker's CPU seconds per second when idle
+	cfg      config
+	log      io.Writer
+	tgt      *target
+	bins     map[string][]string
+	rng      *rand.Rand
+	stamp    string
+	seq      int
+	runs     []*run
+	goBench  []string // output lines of the in-process Go benchmarks
+	rss      []string // TestRSS10kInFlight's lines
+	started  time.Time
+	results  *os.File
+	idleCPU  float64   // the broker's CPU seconds per second when idle
+	restarts []restart // the watchdog's proxy restarts
 }
 
 func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {

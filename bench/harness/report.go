@@ -180,6 +180,17 @@ func (b *bench) reportTo(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	if len(b.restarts) > 0 {
+		fmt.Fprintf(w, "## Proxy restarts by the watchdog\n\n")
+		for _, rs := range b.restarts {
+			how := fmt.Sprintf("took %s", rs.Took.Round(time.Second))
+			if rs.Err != "" {
+				how = "failed: " + rs.Err
+			}
+			fmt.Fprintf(w, "- after %s: %s\n", rs.After, how)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func (b *bench) drainTable(w io.Writer, scenario, mode string, conc int, title string) {

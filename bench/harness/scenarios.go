@@ -346,6 +346,7 @@ func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc)
 	b.record(r)
 	if r.Result.Error != "" {
 		fmt.Fprintf(b.log, "harness: %s FAILED: %s (log %s)\n", desc, r.Result.Error, r.LogPath)
+		b.watch(ctx, r)
 		return
 	}
 	broker := "n/a"
