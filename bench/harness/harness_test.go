@@ -213,3 +213,40 @@ func TestWatchdogSigns(t *testing.T) {
 		t.Fatal("the watchdog restarted the proxy although -no-watchdog was set")
 	}
 }
+
+// The in-process targets read the Go benchmarks' own result lines.
+func TestBenchMetric(t *testing.T) {
+	lines := []string{
+		"BenchmarkProduceReceiveAck-2   	  200000	      8000 ns/op	    120000 msg/s	        12.5 cpu-µs/msg",
+		"BenchmarkProduceReceiveAck-2   	  200000	      8000 ns/op	    100000 msg/s	        14.5 cpu-µs/msg",
+		"BenchmarkProduceReceiveAckLite-2   	  200000	      8000 ns/op	    50000 msg/s",
+		"BenchmarkScaleLiteTopics/lite=100-2   	  100000	      8000 ns/op	    40000 msg/s",
+		"BenchmarkScaleLiteTopics/lite=1000000-2   	  100000	      8000 ns/op	    36000 msg/s",
+		"BenchmarkScaleMemory/msgs=200000/lite=1000000-2 	1	0 ns/op	 700 B/msg-lite	 250 B/idle-lite-topic",
+	}
+	for _, c := range []struct {
+		name, unit string
+		want       float64
+	}{
+		{"BenchmarkProduceReceiveAck", "msg/s", 110000},
+		{"BenchmarkProduceReceiveAck", "cpu-µs/msg", 13.5},
+		{"BenchmarkScaleLiteTopics/lite=100", "msg/s", 40000},
+		{"BenchmarkScaleLiteTopics/lite=1000000", "msg/s", 36000},
+		{"BenchmarkScaleMemory", "B/idle-lite-topic", 250},
+	} {
+		if got := benchMetric(lines, c.name, c.unit); got != c.want {
+			t.Errorf("benchMetric(%s, %s) = %v, want %v", c.name, c.unit, got, c.want)
+		}
+	}
+	if got := benchMetric(lines, "BenchmarkRunnerVsLoop", "msg/s"); !math.IsNaN(got) {
+		t.Errorf("a benchmark that did not run has %v, want NaN", got)
+	}
+	b := &bench{cfg: config{scenarios: []string{scEmu}}, goBench: lines, rss: []string{"--- FAIL: TestRSS10kInFlight (3.00s)"}}
+	var out bytes.Buffer
+	b.targetsTable(&out)
+	for _, want := range []string{"| rmqfake ≥ 100,000 msg/s", "110,000.0 msg/s | yes", "13.5 µs | **no**", "| 0.9× | yes", "fails | **no**"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("targets table lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -354,6 +355,7 @@ func (b *bench) renewalTable(w io.Writer) {
 // targetsTable checks issue 9's real-broker targets against the medians.
 func (b *bench) targetsTable(w io.Writer) {
 	if !b.has(scDrain) {
+		b.emulatorTargets(w, true)
 		return
 	}
 	c := b.cfg.concurrency
@@ -434,7 +436,80 @@ func (b *bench) targetsTable(w io.Writer) {
 			}
 		}
 	}
+	b.emulatorTargets(w, false)
 	fmt.Fprintln(w)
+}
+
+// emulatorTargets adds the in-process targets (the emulator scenario's Go
+// benchmarks and the RSS test) to the targets table; with header it starts
+// a table of its own.
+func (b *bench) emulatorTargets(w io.Writer, header bool) {
+	if !b.has(scEmu) || len(b.goBench)+len(b.rss) == 0 {
+		return
+	}
+	if header {
+		fmt.Fprintf(w, "## Targets (in process)\n\n| target | mode | measured | met |\n|---|---|---:|---|\n")
+		defer fmt.Fprintln(w)
+	}
+	row := func(name string, v float64, unit string, ok func(float64) bool) {
+		if math.IsNaN(v) {
+			fmt.Fprintf(w, "| %s | emulator | not measured | – |\n", name)
+			return
+		}
+		met := "yes"
+		if !ok(v) {
+			met = "**no**"
+		}
+		fmt.Fprintf(w, "| %s | emulator | %s%s | %s |\n", name, num(v, 1), unit, met)
+	}
+	row("rmqfake ≥ 100,000 msg/s produce→receive→ack, client in process", benchMetric(b.goBench, "BenchmarkProduceReceiveAck", "msg/s"), " msg/s", func(v float64) bool { return v >= 100_000 })
+	row("CPU ≤ 10 µs per message (client and emulator together)", benchMetric(b.goBench, "BenchmarkProduceReceiveAck", "cpu-µs/msg"), " µs", func(v float64) bool { return v <= 10 })
+	few, many := benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=100", "msg/s"), benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=1000000", "msg/s")
+	row("Runner + fair share, 1,000,000 lite topics within 20% of 100", many/few, "×", func(v float64) bool { return v >= 0.8 })
+	row("rmqfake ≤ 1,024 B per stored lite message beyond its body", benchMetric(b.goBench, "BenchmarkScaleMemory", "B/msg-lite"), " B", func(v float64) bool { return v <= 1024 })
+	row("rmqfake ≤ 300 B per idle lite topic", benchMetric(b.goBench, "BenchmarkScaleMemory", "B/idle-lite-topic"), " B", func(v float64) bool { return v <= 300 })
+	rss := "not measured"
+	met := "–"
+	for _, l := range b.rss {
+		switch {
+		case strings.HasPrefix(l, "--- PASS"):
+			rss, met = "passes", "yes"
+		case strings.HasPrefix(l, "--- FAIL"), strings.HasPrefix(l, "FAILED"):
+			rss, met = "fails", "**no**"
+		}
+	}
+	fmt.Fprintf(w, "| RSS with 10,000 1-KiB messages in flight ≤ 1.5 × payload + 20 MB (`TestRSS10kInFlight`) | emulator | %s | %s |\n", rss, met)
+}
+
+// benchMetric is the median, over the result lines of benchmark name (or of
+// its sub-benchmarks), of the value reported with unit; NaN when none has
+// it. The "-<GOMAXPROCS>" suffix of a result's name is ignored.
+func benchMetric(lines []string, name, unit string) float64 {
+	var vs []float64
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		n := f[0]
+		if i := strings.LastIndexByte(n, '-'); i > 0 && strings.Trim(n[i+1:], "0123456789") == "" {
+			n = n[:i]
+		}
+		if n != name && !strings.HasPrefix(n, name+"/") {
+			continue
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			if f[i+1] == unit {
+				if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+					vs = append(vs, v)
+				}
+			}
+		}
+	}
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	return median(vs)
 }
 
 func safeDiv(a, b float64) float64 {

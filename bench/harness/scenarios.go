@@ -370,13 +370,26 @@ func appendLog(path, line string) {
 // and keeps their result lines; then the RSS test of the bench module.
 func (b *bench) goBenchmarks(ctx context.Context) error {
 	count := fmt.Sprint(b.cfg.goBenchCount)
-	type gb struct{ dir, pkg, pattern string }
-	for _, g := range []gb{
-		{b.cfg.repo, "./rmqfake", "BenchmarkProduceReceiveAck"},
-		{b.cfg.repo, ".", "BenchmarkRunnerVsLoop"},
-	} {
+	type gb struct{ dir, pkg, pattern, benchtime, count string }
+	benches := []gb{
+		{b.cfg.repo, "./rmqfake", "BenchmarkProduceReceiveAck", "", count},
+		{b.cfg.repo, ".", "BenchmarkRunnerVsLoop", "", count},
+		// Issue 9's scale targets: 1,000,000 lite topics through the
+		// emulator, the Runner and the fair-share throttle within 20% of
+		// 100; the emulator's bytes per stored message and per lite topic.
+		{b.cfg.repo, ".", "BenchmarkScaleLiteTopics", "100000x", "1"},
+		{b.cfg.repo, "./rmqfake", "BenchmarkScaleMemory", "1x", "1"},
+	}
+	if b.cfg.quick {
+		benches = benches[:2]
+	}
+	for _, g := range benches {
 		fmt.Fprintf(b.log, "harness: [emulator] go test -bench %s %s ...\n", g.pattern, g.pkg)
-		cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-bench", "^"+g.pattern+"$", "-count", count, g.pkg)
+		args := []string{"test", "-run", "^$", "-bench", "^" + g.pattern + "$", "-count", g.count, "-timeout", "60m"}
+		if g.benchtime != "" {
+			args = append(args, "-benchtime", g.benchtime)
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, g.pkg)...)
 		cmd.Dir = g.dir
 		out, err := cmd.CombinedOutput()
 		appendFile(filepath.Join(b.cfg.out, "logs", "gobench.log"), out)
