@@ -94,6 +94,10 @@ func TestReadmeExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	block := readmeExample(t)
+	// Start's doc: close the source even when Start fails.
+	if c, st := strings.Index(block, "defer src.Close("), strings.Index(block, "src.Start("); c < 0 || st < 0 || c > st {
+		t.Error("the README's example does not defer src.Close before src.Start (Close is due after a failed Start too)")
+	}
 	if strings.Count(block, `"127.0.0.1:18081"`) != 1 {
 		t.Fatal("the README's example does not name the endpoint 127.0.0.1:18081 once")
 	}
@@ -155,5 +159,48 @@ func TestReadmeExample(t *testing.T) {
 	g := s.Stats().Groups["chat-workers"]
 	if g.Acked != n {
 		t.Errorf("acked %d of %d messages (in flight %d); output:\n%s", g.Acked, n, g.InFlight, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, " ack ") || strings.Contains(line, "ERROR") { // a failed ack logs "ack <handle>: <error>"
+			t.Errorf("the example logged a failure on a normal stop: %s", line)
+		}
+	}
+
+	// A failed Start (the group does not exist) is returned as an error.
+	bare := rmqfake.NewForTest(t)
+	if err := bare.CreateTopic("chat", rmqfake.TopicLite); err != nil {
+		t.Fatal(err)
+	}
+	fail := exec.CommandContext(ctx, bin)
+	fail.Env = append(os.Environ(), "EXAMPLE_ENDPOINT="+bare.Addr(), "EXAMPLE_MESSAGES=1")
+	out, err = fail.CombinedOutput()
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "run:") {
+		t.Errorf("the example against an unknown group: %v, want exit 1 with its error:\n%s", err, out)
+	}
+}
+
+// TestReadmeExamplesPointer: the README sends readers to runnable examples
+// that exist, with a command that runs them (go doc shows no examples).
+func TestReadmeExamplesPointer(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	if strings.Contains(readme, "go doc -all") {
+		t.Error("README.md still says go doc shows the runnable examples")
+	}
+	if !strings.Contains(readme, "`go test -run Example -v .`") || !strings.Contains(readme, "(example_test.go)") {
+		t.Error("README.md does not point to example_test.go and `go test -run Example -v .`")
+	}
+	ex, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(ex), "\nfunc Example"); n < 2 {
+		t.Errorf("example_test.go has %d Example functions", n)
+	}
+	if !strings.Contains(string(ex), "// Output:") {
+		t.Error("example_test.go's examples have no // Output: (go test would not check them)")
 	}
 }
