@@ -31,6 +31,7 @@ type Server struct {
 	ctl  *controls
 	auth *authenticator
 	log  *slog.Logger
+	tls  *serverTLS
 
 	addr string // set once by New; Restart keeps it
 
@@ -119,6 +120,7 @@ func New(opts ...Option) (*Server, error) {
 		ctl:  newControls(),
 		auth: newAuthenticator(cfg.creds),
 		log:  cfg.logger,
+		tls:  &serverTLS{},
 	}
 	if err := s.ApplyFixtures(cfg.fixtures); err != nil {
 		return nil, err
@@ -155,7 +157,7 @@ func (s *Server) serve(lis net.Listener) {
 	s.gs, s.serving = gs, done
 	go func() {
 		defer close(done)
-		if err := gs.Serve(&sniffListener{Listener: lis}); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := gs.Serve(&sniffListener{Listener: lis, tls: s.tls}); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.log.Error("rmqfake: serve", "err", err)
 		}
 	}()

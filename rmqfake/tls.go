@@ -1,12 +1,14 @@
 package rmqfake
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
 	"math/big"
 	"net"
@@ -23,9 +25,42 @@ import (
 
 type sniffListener struct {
 	net.Listener
+	tls *serverTLS
+}
+
+// serverTLS is a Server's certificate, made on first use and kept across
+// Restart.
+type serverTLS struct {
 	once sync.Once
 	cfg  *tls.Config
 	err  error
+}
+
+func (t *serverTLS) config() (*tls.Config, error) {
+	t.once.Do(func() {
+		var cert tls.Certificate
+		cert, t.err = selfSigned()
+		t.cfg = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
+	})
+	return t.cfg, t.err
+}
+
+// CertificatePEM returns the PEM of the self-signed certificate the server
+// serves TLS with (made on the first call or the first TLS connection, kept
+// across Restart). A client that trusts it as a root (tls.Config.RootCAs)
+// verifies the server at 127.0.0.1, ::1 or localhost.
+func (s *Server) CertificatePEM() ([]byte, error) {
+	cfg, err := s.tls.config()
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	for _, der := range cfg.Certificates[0].Certificate {
+		if err := pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: der}); err != nil {
+			return nil, err
+		}
+	}
+	return b.Bytes(), nil
 }
 
 func (l *sniffListener) Accept() (net.Conn, error) {
@@ -34,15 +69,6 @@ func (l *sniffListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return &sniffConn{Conn: c, l: l}, nil
-}
-
-func (l *sniffListener) tlsConfig() (*tls.Config, error) {
-	l.once.Do(func() {
-		var cert tls.Certificate
-		cert, l.err = selfSigned()
-		l.cfg = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}
-	})
-	return l.cfg, l.err
 }
 
 // sniffConn decides between TLS and plaintext on its first read or write
@@ -68,7 +94,7 @@ func (c *sniffConn) decide() error {
 			c.rw = pc
 			return
 		}
-		cfg, err := c.l.tlsConfig()
+		cfg, err := c.l.tls.config()
 		if err != nil {
 			c.err = err
 			return
