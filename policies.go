@@ -40,8 +40,13 @@ func LiteTopicRateLimit[T any](cfg RateLimitConfig) (ThrottlePolicy[T], error) {
 	if cfg.PerSecond <= 0 || math.IsInf(cfg.PerSecond, 0) || math.IsNaN(cfg.PerSecond) {
 		return nil, optionError("PerSecond", "must be a positive rate")
 	}
-	if cfg.Burst < 0 || cfg.MinDefer < 0 || cfg.IdleAfter < 0 {
-		return nil, optionError("RateLimitConfig", "Burst, MinDefer and IdleAfter must not be negative")
+	switch {
+	case cfg.Burst < 0:
+		return nil, optionError("Burst", "must not be negative")
+	case cfg.MinDefer < 0:
+		return nil, optionError("MinDefer", "must not be negative")
+	case cfg.IdleAfter < 0:
+		return nil, optionError("IdleAfter", "must not be negative")
 	}
 	if cfg.Burst == 0 {
 		cfg.Burst = max(1, int(cfg.PerSecond))
@@ -145,8 +150,12 @@ type FairShareConfig struct {
 // window or so, plus its name.
 func FairShare[T any](cfg FairShareConfig) (ThrottlePolicy[T], error) {
 	switch {
-	case cfg.Window < 0 || cfg.Slack < 0 || cfg.MinCount < 0 || cfg.Defer < 0:
-		return nil, optionError("FairShareConfig", "fields must not be negative")
+	case cfg.Window < 0:
+		return nil, optionError("Window", "must not be negative")
+	case cfg.MinCount < 0:
+		return nil, optionError("MinCount", "must not be negative")
+	case cfg.Defer < 0:
+		return nil, optionError("Defer", "must not be negative")
 	case cfg.Slack != 0 && cfg.Slack < 1:
 		return nil, optionError("Slack", "must be at least 1")
 	}

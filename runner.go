@@ -129,8 +129,12 @@ func (c RunnerConfig) validate() error {
 		return optionError("OnError", "unknown policy")
 	case c.Shutdown != ShutdownRelease && c.Shutdown != ShutdownFinish:
 		return optionError("Shutdown", "unknown mode")
-	case c.ErrorBackoff < 0 || c.ErrorBackoffMax < 0 || c.ShutdownTimeout < 0:
-		return optionError("RunnerConfig", "durations must not be negative")
+	case c.ErrorBackoff < 0:
+		return optionError("ErrorBackoff", "must not be negative")
+	case c.ErrorBackoffMax < 0:
+		return optionError("ErrorBackoffMax", "must not be negative")
+	case c.ShutdownTimeout < 0:
+		return optionError("ShutdownTimeout", "must not be negative")
 	}
 	if err := c.ErrorValves.validate(); err != nil {
 		var oe *OptionError
