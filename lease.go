@@ -2,6 +2,7 @@ package rmqflow
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,9 +68,11 @@ type lease struct {
 	lock  chan struct{} // one slot: a mutex that waits with a context
 	h     ReceiptHandle // the newest handle; guarded by lock
 	ended atomic.Bool   // no more renewals
+	t     *leaseTable
 
 	// guarded by the table's mu
-	handles   map[string]bool // every broker handle this delivery had
+	first     string   // the broker handle the delivery was emitted with
+	renewed   []string // the handles renewals gave it, oldest first
 	visibleAt time.Time
 	until     time.Time
 }
@@ -93,7 +96,7 @@ func (l *lease) end(ctx context.Context, h ReceiptHandle) (ReceiptHandle, error)
 		return h, notSent(err)
 	}
 	defer l.unlock()
-	l.ended.Store(true)
+	l.finish()
 	h.Handle = l.h.Handle
 	h.owner = nil
 	return h, nil
@@ -107,18 +110,39 @@ func (l *lease) tryEnd(h ReceiptHandle) (ReceiptHandle, bool) {
 		return h, false
 	}
 	defer l.unlock()
-	l.ended.Store(true)
+	l.finish()
 	h.Handle = l.h.Handle
 	h.owner = nil
 	return h, true
 }
 
 // leave ends the lease without waiting for anything.
-func (l *lease) leave() { l.ended.Store(true) }
+func (l *lease) leave() {
+	select {
+	case l.lock <- struct{}{}:
+		defer l.unlock()
+		l.finish()
+	default: // a renewal is on the wire: its handle stays known (see finish)
+		l.ended.Store(true)
+	}
+}
 
-// leaseTable renews the emitted messages of one source. Ended leases stay
-// as tombstones until their invisibility has passed, so that a late second
-// ack of the delivery still uses its newest handle.
+// finish ends the lease (l.lock held). A lease never renewed leaves the
+// table at once: every copy of its handle carries its newest receipt
+// handle, so a later ack needs nothing from it. A renewed one stays as a
+// tombstone until its invisibility has passed, so that a later ack with an
+// older copy (a retry after a failed ack, say) still sends the newest
+// handle.
+func (l *lease) finish() {
+	l.ended.Store(true)
+	l.t.forget(l)
+}
+
+// leaseTable renews the emitted messages of one source. An ended lease that
+// was renewed stays as a tombstone until its invisibility has passed, so
+// that a late second ack of the delivery (with the handle it was emitted
+// with) still uses its newest handle; one never renewed is forgotten when it
+// ends (lease.finish), so that the table holds about what is in flight.
 type leaseTable struct {
 	cfg       LeaseConfig
 	invisible time.Duration
@@ -140,7 +164,7 @@ func newLeaseTable(cfg LeaseConfig, invisible, ahead time.Duration, pool *ackPoo
 // add leases h's delivery, invisible until visibleAt.
 func (t *leaseTable) add(h ReceiptHandle, visibleAt time.Time) {
 	h.owner = nil
-	l := &lease{lock: make(chan struct{}, 1), h: h, handles: map[string]bool{h.Handle: true},
+	l := &lease{lock: make(chan struct{}, 1), h: h, t: t, first: h.Handle,
 		visibleAt: visibleAt, until: t.now().Add(t.cfg.MaxExtension)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -153,10 +177,22 @@ func (t *leaseTable) lookup(h ReceiptHandle) *lease {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l, ok := t.leases[keyOf(h)]
-	if !ok || !l.handles[h.Handle] {
+	if !ok || (h.Handle != l.first && !slices.Contains(l.renewed, h.Handle)) {
 		return nil
 	}
 	return l
+}
+
+// forget drops l (ended, l.lock held) unless a renewal changed its handle.
+func (t *leaseTable) forget(l *lease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(l.renewed) > 0 {
+		return
+	}
+	if k := keyOf(l.h); t.leases[k] == l {
+		delete(t.leases, k)
+	}
 }
 
 // handOff implements handOffer: the lease ends and h leaves with the newest
@@ -246,6 +282,6 @@ func (t *leaseTable) renew(ctx context.Context, l *lease) {
 	l.h = nh
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l.handles[nh.Handle] = true
+	l.renewed = append(l.renewed, nh.Handle)
 	l.visibleAt = t0.Add(t.invisible)
 }
