@@ -93,7 +93,11 @@ type RunnerConfig struct {
 	// waits up to the ack pool's Linger to share an RPC) would otherwise
 	// take the room of the messages that keep the workers busy; and since a
 	// lite topic runs one message at a time, throughput needs many lite
-	// topics held at once.
+	// topics held at once. One lite topic never takes more than a receive
+	// batch (SourceConfig.MaxMessageNum) of it: the broker hands out one
+	// batch of a lite topic at a time (docs/broker-semantics.md, scenario
+	// e), so a hot lite topic's backlog stays on the broker and the others
+	// keep their room (TestRunnerHotLiteTopicLeavesRoomForCold).
 	MaxHeld int
 }
 
