@@ -26,6 +26,10 @@ const (
 	MetricDeadLettered   = "rmqflow.runner.dead_lettered"
 )
 
+// unitMessages is the unit of every instrument that counts messages (UCUM
+// annotation syntax, as OpenTelemetry's conventions use).
+const unitMessages = "{message}"
+
 type metrics struct {
 	fetchedC   metric.Int64Counter
 	emittedC   metric.Int64Counter
@@ -48,22 +52,22 @@ func newMetrics(m metric.Meter) *metrics {
 	x := &metrics{meter: m}
 	// Instrument creation only fails for invalid names, which these are not;
 	// a failed instrument is a no-op one.
-	x.fetchedC, _ = m.Int64Counter(MetricFetched, metric.WithDescription("messages received from the broker"))
-	x.emittedC, _ = m.Int64Counter(MetricEmitted, metric.WithDescription("messages handed out by Next"))
-	x.decodeC, _ = m.Int64Counter(MetricDecodeFailed, metric.WithDescription("messages whose body did not decode"))
+	x.fetchedC, _ = m.Int64Counter(MetricFetched, metric.WithUnit(unitMessages), metric.WithDescription("messages received from the broker"))
+	x.emittedC, _ = m.Int64Counter(MetricEmitted, metric.WithUnit(unitMessages), metric.WithDescription("messages handed out by Next"))
+	x.decodeC, _ = m.Int64Counter(MetricDecodeFailed, metric.WithUnit(unitMessages), metric.WithDescription("messages whose body did not decode"))
 	x.receiveH, _ = m.Float64Histogram(MetricReceiveLatency, metric.WithUnit("s"), metric.WithDescription("ReceiveMessage call duration, long polling included"))
-	x.acksC, _ = m.Int64Counter(MetricAcks, metric.WithDescription("ack results by outcome: ok, invalid_handle, failed"))
-	x.ackBatchH, _ = m.Int64Histogram(MetricAckBatchSize, metric.WithDescription("entries per AckMessage RPC"))
-	x.defersC, _ = m.Int64Counter(MetricDefers, metric.WithDescription("messages deferred by a throttle"))
-	x.renewalsC, _ = m.Int64Counter(MetricRenewals, metric.WithDescription("invisibility renewals by kind (queue, lease) and outcome"))
-	x.sendsC, _ = m.Int64Counter(MetricSends, metric.WithDescription("messages sent by sinks, by outcome"))
-	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithDescription("messages a runner gave up on, by the safety valve that fired"))
+	x.acksC, _ = m.Int64Counter(MetricAcks, metric.WithUnit("{ack}"), metric.WithDescription("ack results by outcome: ok, invalid_handle, failed"))
+	x.ackBatchH, _ = m.Int64Histogram(MetricAckBatchSize, metric.WithUnit("{entry}"), metric.WithDescription("entries per AckMessage RPC"))
+	x.defersC, _ = m.Int64Counter(MetricDefers, metric.WithUnit(unitMessages), metric.WithDescription("messages deferred by a throttle"))
+	x.renewalsC, _ = m.Int64Counter(MetricRenewals, metric.WithUnit("{renewal}"), metric.WithDescription("invisibility renewals by kind (queue, lease) and outcome"))
+	x.sendsC, _ = m.Int64Counter(MetricSends, metric.WithUnit(unitMessages), metric.WithDescription("messages sent by sinks, by outcome"))
+	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner gave up on, by the safety valve that fired"))
 	return x
 }
 
 // observeQueue registers the queue-depth gauge for a source.
 func (x *metrics) observeQueue(depth func() int) {
-	g, err := x.meter.Int64ObservableGauge(MetricQueueDepth, metric.WithDescription("messages fetched but not yet emitted"))
+	g, err := x.meter.Int64ObservableGauge(MetricQueueDepth, metric.WithUnit(unitMessages), metric.WithDescription("messages fetched but not yet emitted"))
 	if err != nil {
 		return
 	}

@@ -25,8 +25,8 @@ func newSourceMetrics(m metric.Meter) *sourceMetrics {
 		m = noop.NewMeterProvider().Meter("rmqflow")
 	}
 	x := &sourceMetrics{}
-	x.releasedC, _ = m.Int64Counter(MetricReleased, metric.WithDescription("fetched messages the source gave back to the group instead of emitting them, by reason"))
-	x.malformedC, _ = m.Int64Counter(MetricMalformed, metric.WithDescription("messages emitted with ErrMalformedMessage (no receipt handle, topic or message id)"))
+	x.releasedC, _ = m.Int64Counter(MetricReleased, metric.WithUnit(unitMessages), metric.WithDescription("fetched messages the source gave back to the group instead of emitting them, by reason"))
+	x.malformedC, _ = m.Int64Counter(MetricMalformed, metric.WithUnit(unitMessages), metric.WithDescription("messages emitted with ErrMalformedMessage (no receipt handle, topic or message id)"))
 	return x
 }
 

@@ -265,7 +265,9 @@ func (s *Session) run(ctx context.Context) {
 		if neverUp && permanent(err) {
 			// The broker refused the handshake (unknown group, bad
 			// credentials): fail OpenSession now instead of retrying.
+			s.c.log.Warn("rocketmq: telemetry handshake refused; not reopening", "group", s.cfg.Group, "err", err)
 			s.firstOnce.Do(func() { close(s.firstSettings) })
+			break
 		}
 		s.c.log.Warn("rocketmq: telemetry stream broke; reopening", "group", s.cfg.Group, "err", err)
 		if !backoff.Sleep(ctx, bo.Next()) {
