@@ -15,8 +15,10 @@ import (
 // topics of rmqfake with a Runner (workers workers, handler returns Ack()
 // at once) and returns the rate, the most lease-table entries (live or
 // ended) seen while it ran, the entries left once every ack completed, and
-// the peak of the Go heap's object bytes sampled every 10 ms.
-func memDrain(tb testing.TB, n, lites, body, workers int) (rate float64, peakLeases, leftLeases int, peakHeap uint64) {
+// the peak of the Go heap's object bytes sampled every 10 ms, and the heap's
+// object bytes after a GC once every ack completed (the emulator's store
+// drained by then).
+func memDrain(tb testing.TB, n, lites, body, workers int) (rate float64, peakLeases, leftLeases int, peakHeap, endHeap uint64) {
 	tb.Helper()
 	s := rmqfake.NewForTest(tb, rmqfake.FastLiteDispatch(), rmqfake.Logger(rbQuiet))
 	rbMust(tb, s.CreateTopic("main", rmqfake.TopicLite))
@@ -59,12 +61,15 @@ func memDrain(tb testing.TB, n, lites, body, workers int) (rate float64, peakLea
 	}
 	rate = float64(n) / time.Since(t0).Seconds()
 	leftLeases = entries()
+	runtime.GC()
+	rtmetrics.Read(sample)
+	endHeap = sample[0].Value.Uint64()
 	stop()
 	rbMust(tb, <-ran)
 	if c := s.Stats().Topics["main"].Counts; c.Acked < int64(n) {
 		tb.Fatalf("the emulator counts %d acks of %d (%+v)", c.Acked, n, c)
 	}
-	return rate, peakLeases, leftLeases, peakHeap
+	return rate, peakLeases, leftLeases, peakHeap, endHeap
 }
 
 // memProduce sends n messages of body bytes round-robin over lites lite
@@ -93,7 +98,7 @@ func memProduce(tb testing.TB, endpoint, topic string, lites, n, body int) {
 // invisibility (3,000 entries left).
 func TestMemRunnerDrainHoldsAboutWhatIsInFlight(t *testing.T) {
 	const n, workers = 3000, 4
-	_, peak, left, _ := memDrain(t, n, 100, 256, workers)
+	_, peak, left, _, _ := memDrain(t, n, 100, 256, workers)
 	if limit := max(workers*4, DefaultRunnerMaxHeld); peak > limit {
 		t.Errorf("the lease table held up to %d entries while the runner drained %d messages, want ≤ MaxHeld %d", peak, n, limit)
 	}
@@ -104,16 +109,17 @@ func TestMemRunnerDrainHoldsAboutWhatIsInFlight(t *testing.T) {
 
 // BenchmarkMemRunnerDrain drains b.N 1-KiB messages over 100 lite topics
 // of rmqfake with a 4-worker Runner and reports msg/s, the peak Go heap
-// (object bytes, the emulator's backlog included) and the peak lease-table
-// entries:
+// (object bytes, the emulator's backlog included), the heap once every ack
+// completed (after a GC) and the peak lease-table entries:
 //
 //	go test -run '^$' -bench MemRunnerDrain -benchtime 100000x -count 3 .
 func BenchmarkMemRunnerDrain(b *testing.B) {
 	if b.N == 1 {
 		return // the framework's probe run; -benchtime Nx sets the real one
 	}
-	rate, peak, _, heap := memDrain(b, b.N, 100, 1024, 4)
+	rate, peak, _, heap, end := memDrain(b, b.N, 100, 1024, 4)
 	b.ReportMetric(rate, "msg/s")
 	b.ReportMetric(float64(heap)/(1<<20), "peak-heap-MB")
+	b.ReportMetric(float64(end)/(1<<20), "end-heap-MB")
 	b.ReportMetric(float64(peak), "peak-leases")
 }
