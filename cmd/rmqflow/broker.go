@@ -27,6 +27,7 @@ var brokerExamples = []struct{ args, what string }{
 	{"-listen 127.0.0.1:0 -fixtures scripts/rocketmq/fixtures.txt",
 		"a free port and the project's test fixtures"},
 	{"-access-key ak -secret-key sk -auto-create", "require requests signed with ak/sk"},
+	{"-auto-create -ca-out /tmp/rmqfake.pem", "write the TLS certificate for clients' -ca (rmqflow consume -ca /tmp/rmqfake.pem ...)"},
 }
 
 const brokerUsage = `Usage: rmqflow broker [flags]
@@ -34,7 +35,16 @@ const brokerUsage = `Usage: rmqflow broker [flags]
 Runs rmqfake, an in-process emulator of a RocketMQ 5 proxy and broker
 (apache.rocketmq.v2.MessagingService over gRPC, plaintext and TLS on one
 port), until SIGINT or SIGTERM. It keeps everything in memory. On start it
-prints "rmqfake listening on <host:port>"; point clients there.
+prints "rmqfake listening on <host:port>" (with -json: {"listening":"host:port",
+"topics":N,"groups":N,"auto_create":bool,"ca_out":path}); point clients there.
+On a signal it prints "rmqfake stopped" ({"stopped":true}) and exits 0.
+
+TLS uses a self-signed certificate valid for 127.0.0.1, ::1 and localhost;
+-ca-out FILE writes it (PEM) before the listening line, for the clients' -ca
+FILE (rmqflow produce/consume/demo -ca FILE, or tls.Config.RootCAs).
+
+A lite backlog reaches a newly subscribed wildcard consumer after 5 to 15 s,
+as on RocketMQ 5.5.0, unless -fast-lite-dispatch.
 
 A topic SPEC is NAME[:TYPE][:queues=N], TYPE one of normal (the default),
 lite, fifo or delay. A group SPEC is NAME[:retry=N][:bind=TOPIC][:wildcard][:fifo]:
@@ -43,6 +53,16 @@ bind makes it a lite group of a LITE main topic, wildcard lets it receive
 every lite topic of that main topic, fifo consumes each queue in order.
 
 Flags:
+`
+
+const brokerFooter = `
+Environment: RMQFLOW_NAMESPACE, RMQFLOW_ACCESS_KEY and RMQFLOW_SECRET_KEY stand
+in for -namespace, -access-key and -secret-key, so that a shell set up for the
+clients runs a broker they can use. RMQFLOW_ENDPOINT is not read: it often
+names another broker, and -listen would then fail on a port in use.
+Exit codes: 0 stopped by SIGINT/SIGTERM, 1 failure (such as -listen on a port
+in use, or an unwritable -ca-out), 2 usage error; never 3, 4 or 5 (those are
+the clients' codes).
 `
 
 type brokerFlags struct {
@@ -55,6 +75,8 @@ type brokerFlags struct {
 	accessKey    string
 	secretKey    string
 	namespace    string
+	caOut        string
+	json         bool
 	verbose      bool
 }
 
@@ -73,9 +95,12 @@ func brokerFlagSet(out io.Writer) (*flag.FlagSet, *brokerFlags) {
 	fs.StringVar(&f.fixtures, "fixtures", "", "create the topics and groups listed in `FILE` (the format of scripts/rocketmq/fixtures.txt)")
 	fs.BoolVar(&f.autoCreate, "auto-create", false, "create unknown topics on first send, route or receive, and unknown groups on first use (lite consumers get a wildcard group bound to their topic); for development")
 	fs.BoolVar(&f.fastDispatch, "fast-lite-dispatch", false, "deliver a lite backlog to a wildcard consumer as soon as it subscribes (the real broker takes 5 to 15 s)")
-	fs.StringVar(&f.accessKey, "access-key", "", "require requests signed with this access `key` (needs -secret-key)")
-	fs.StringVar(&f.secretKey, "secret-key", "", "the `secret` of -access-key")
-	fs.StringVar(&f.namespace, "namespace", "", "create the -topic and -group resources in this `namespace`")
+	fs.StringVar(&f.accessKey, "access-key", os.Getenv("RMQFLOW_ACCESS_KEY"), "require requests signed with this access `key` (needs -secret-key)")
+	f.secretKey = os.Getenv("RMQFLOW_SECRET_KEY")
+	fs.Var(secretFlag{&f.secretKey}, "secret-key", "the `secret` of -access-key (never printed; default $RMQFLOW_SECRET_KEY)")
+	fs.StringVar(&f.namespace, "namespace", os.Getenv("RMQFLOW_NAMESPACE"), "create the -topic and -group resources in this `namespace`")
+	fs.StringVar(&f.caOut, "ca-out", "", "write the TLS certificate (PEM) to `file`, for the clients' -ca")
+	fs.BoolVar(&f.json, "json", false, "the listening and stopped lines as JSON")
 	fs.BoolVar(&f.verbose, "v", false, "log the server's errors to stderr")
 	fs.Usage = func() { fmt.Fprintln(out, `Run "rmqflow help broker" for the flags and examples.`) }
 	return fs, f
@@ -91,6 +116,7 @@ func brokerHelp(w io.Writer) {
 	for _, e := range brokerExamples {
 		fmt.Fprintf(w, "  rmqflow broker %s\n      %s\n", e.args, e.what)
 	}
+	fmt.Fprint(w, brokerFooter)
 }
 
 // options turns the flags into server options.
@@ -190,12 +216,34 @@ func runBroker(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rmqflow broker:", err)
 		return 1
 	}
+	if f.caOut != "" {
+		pemBytes, err := s.CertificatePEM()
+		if err == nil {
+			err = os.WriteFile(f.caOut, pemBytes, 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "rmqflow broker: -ca-out:", err)
+			return 1
+		}
+	}
 	st := s.Stats()
-	fmt.Fprintf(stdout, "rmqfake listening on %s (%d topics, %d groups%s)\n", s.Addr(), len(st.Topics), len(st.Groups),
-		map[bool]string{true: ", auto-create", false: ""}[f.autoCreate])
+	if f.json {
+		line := map[string]any{"listening": s.Addr(), "topics": len(st.Topics), "groups": len(st.Groups), "auto_create": f.autoCreate}
+		if f.caOut != "" {
+			line["ca_out"] = f.caOut
+		}
+		jsonLine(stdout, line)
+	} else {
+		fmt.Fprintf(stdout, "rmqfake listening on %s (%d topics, %d groups%s)\n", s.Addr(), len(st.Topics), len(st.Groups),
+			map[bool]string{true: ", auto-create", false: ""}[f.autoCreate])
+	}
 	<-ctx.Done()
 	s.Stop()
-	fmt.Fprintln(stdout, "rmqfake stopped")
+	if f.json {
+		jsonLine(stdout, map[string]any{"stopped": true})
+	} else {
+		fmt.Fprintln(stdout, "rmqfake stopped")
+	}
 	return 0
 }
 

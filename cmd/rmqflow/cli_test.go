@@ -157,12 +157,15 @@ func removeShell(args []string) []string {
 	return out
 }
 
-// TestDemoOnEmbeddedEmulator runs a small demo through the command.
+// TestDemoOnEmbeddedEmulator runs a small demo through the command, with
+// RMQFLOW_NAMESPACE exported (the emulator's resources go in the namespace)
+// and RMQFLOW_ENDPOINT overridden by an empty -endpoint.
 func TestDemoOnEmbeddedEmulator(t *testing.T) {
-	t.Setenv("RMQFLOW_ENDPOINT", "127.0.0.1:1") // ignored by demo: only -endpoint counts
+	t.Setenv("RMQFLOW_ENDPOINT", "127.0.0.1:1") // -endpoint= below overrides it
+	t.Setenv("RMQFLOW_NAMESPACE", "demo-ns")
 	chart := filepath.Join(t.TempDir(), "demo.svg")
 	var out, errOut bytes.Buffer
-	code := run([]string{"demo", "-sessions", "4", "-hot", "60", "-model-call", "2ms", "-chart", chart, "-json"}, &out, &errOut)
+	code := run([]string{"demo", "-endpoint=", "-sessions", "4", "-hot", "60", "-model-call", "2ms", "-chart", chart, "-json"}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("demo: exit %d: %s", code, errOut.String())
 	}
@@ -172,5 +175,105 @@ func TestDemoOnEmbeddedEmulator(t *testing.T) {
 	b, err := os.ReadFile(chart)
 	if err != nil || !bytes.HasPrefix(b, []byte("<svg")) {
 		t.Errorf("chart: %v %q", err, b)
+	}
+}
+
+// TestDemoEnvironmentAndChart: the demo honours RMQFLOW_ENDPOINT (a dead one
+// exits 3), writes its chart to the temporary directory by default (not the
+// working directory), and exits 1 for an unwritable -chart, 2 for a bad
+// flag, 4 on a broker without its topic and 5 when credentials are refused.
+func TestDemoEnvironmentAndChart(t *testing.T) {
+	t.Setenv("RMQFLOW_NAMESPACE", "")
+	t.Setenv("RMQFLOW_ACCESS_KEY", "")
+	t.Setenv("RMQFLOW_SECRET_KEY", "")
+	t.Setenv("RMQFLOW_ENDPOINT", "127.0.0.1:1")
+	small := []string{"-sessions", "2", "-hot", "10", "-model-call", "1ms", "-timeout", "1s"}
+	if code, _, errOut := runCLI(t, "", append([]string{"demo"}, small...)...); code != exitUnreachable {
+		t.Errorf("RMQFLOW_ENDPOINT dead: exit %d, want 3: %s", code, errOut)
+	}
+	t.Setenv("RMQFLOW_ENDPOINT", "")
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	t.Chdir(t.TempDir())
+	code, out, errOut := runCLI(t, "", append([]string{"demo", "-json"}, small...)...)
+	if code != exitOK {
+		t.Fatalf("demo: exit %d: %s", code, errOut)
+	}
+	want := filepath.Join(tmp, "rmqflow-demo.svg")
+	if !strings.Contains(out, `{"chart":"`+want+`"}`) {
+		t.Errorf("chart not reported at %s: %s", want, out)
+	}
+	if _, err := os.Stat(want); err != nil {
+		t.Errorf("chart: %v", err)
+	}
+	if entries, _ := os.ReadDir("."); len(entries) != 0 {
+		t.Errorf("the demo wrote into the working directory: %v", entries)
+	}
+	if code, _, errOut := runCLI(t, "", append([]string{"demo", "-chart", filepath.Join(tmp, "no", "dir", "x.svg")}, small...)...); code != exitFailure {
+		t.Errorf("unwritable -chart: exit %d, want 1: %s", code, errOut)
+	}
+	if code, _, _ := runCLI(t, "", "demo", "-sessions", "x"); code != exitUsage {
+		t.Errorf("bad flag: exit %d, want 2", code)
+	}
+	bare := rmqfake.NewForTest(t)
+	if code, _, errOut := runCLI(t, "", append([]string{"demo", "-endpoint", bare.Addr()}, small...)...); code != exitNotFound {
+		t.Errorf("no demo topic: exit %d, want 4: %s", code, errOut)
+	}
+	locked := rmqfake.NewForTest(t, rmqfake.Credentials("ak", "sk"), rmqfake.AutoCreate())
+	if code, _, errOut := runCLI(t, "", append([]string{"demo", "-endpoint", locked.Addr(), "-access-key", "ak", "-secret-key", "bad"}, small...)...); code != exitAuth {
+		t.Errorf("refused credentials: exit %d, want 5: %s", code, errOut)
+	}
+}
+
+// TestHelpForEveryCommand: "<cmd> -help" and "help <cmd>" print the same
+// help and exit 0 for every command but bench (the harness prints its own:
+// TestBenchExitCodes), help and version included; each names its exit codes.
+func TestHelpForEveryCommand(t *testing.T) {
+	clearEnv(t)
+	for _, c := range commands() {
+		if c.name == "bench" {
+			continue
+		}
+		var a, b, errA, errB bytes.Buffer
+		codeA := run([]string{c.name, "-help"}, &a, &errA)
+		codeB := run([]string{"help", c.name}, &b, &errB)
+		if codeA != 0 || codeB != 0 || a.String() != b.String() {
+			t.Errorf("%s -help: exit %d; help %s: exit %d; outputs differ: %v\n%s\n---\n%s", c.name, codeA, c.name, codeB, a.String() != b.String(), a.String(), b.String())
+		}
+		for _, want := range []string{"Usage: rmqflow " + c.name, "Examples:", "Exit codes:"} {
+			if !strings.Contains(a.String(), want) {
+				t.Errorf("%s -help lacks %q:\n%s", c.name, want, a.String())
+			}
+		}
+		if c.name != "help" && !strings.Contains(a.String(), "-json") {
+			t.Errorf("%s -help lacks -json", c.name)
+		}
+	}
+	var out bytes.Buffer
+	if code := run([]string{"version", "-json"}, &out, io.Discard); code != 0 || !strings.Contains(out.String(), `"version":`) {
+		t.Errorf("version -json: exit %d %q", code, out.String())
+	}
+	if code := run([]string{"help", "nope"}, io.Discard, io.Discard); code != exitUsage {
+		t.Errorf("help nope: exit %d", code)
+	}
+	if code := run([]string{"version", "extra"}, io.Discard, io.Discard); code != exitUsage {
+		t.Errorf("version extra: exit %d", code)
+	}
+}
+
+// TestBenchExitCodes: bench has two exit codes besides 0 (its -help): 1 for
+// everything else, outside a checkout as for a flag the harness does not
+// know (go run turns the harness's exit 2 into 1); never 3, 4 or 5.
+func TestBenchExitCodes(t *testing.T) {
+	if code, _, errOut := runCLI(t, "", "bench", "-no-such-flag"); code != exitFailure || !strings.Contains(errOut, "no-such-flag") {
+		t.Errorf("bench -no-such-flag: exit %d, want 1: %s", code, errOut)
+	}
+	var out bytes.Buffer
+	if code := run([]string{"bench", "-help"}, &out, io.Discard); code != exitOK || !strings.Contains(out.String(), "Usage: rmqflow bench") {
+		t.Errorf("bench -help: exit %d: %s", code, out.String())
+	}
+	t.Chdir(t.TempDir())
+	if code, _, errOut := runCLI(t, "", "bench", "-quick"); code != exitFailure || !strings.Contains(errOut, "checkout") {
+		t.Errorf("bench outside a checkout: exit %d, want 1: %s", code, errOut)
 	}
 }

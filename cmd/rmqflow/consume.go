@@ -22,7 +22,17 @@ or with -json one JSON line per message (topic, lite_topic, message_id, tag,
 keys, properties, delivery_attempt, body, and the receipt handle as JSON so
 that another process can ack it). It stops after -max messages, after -idle
 without a message, or on SIGINT/SIGTERM, and gives back what it fetched but did
-not print.
+not print. After -idle it asks the broker for the topic's route: if the broker
+no longer answers, the exit code is 3, not 0. When receiving keeps failing
+because the broker does not answer, it stops after -max-outage with exit 3;
+an unknown topic or group stops it at once with exit 4.
+
+In lite mode, messages sent before consume connected (a backlog) take 5 to
+20 s to show: the broker hands a lite backlog to a newly subscribed wildcard
+consumer only in a full dispatch 5 to 15 s later (RocketMQ 5.5.0; rmqfake does
+the same unless started with rmqflow broker -fast-lite-dispatch), and the
+messages then wait for the next long poll. Consume prints nothing meanwhile;
+it is not stuck (a short -idle may end it first).
 
 -mode lite (the default) reads a LITE main topic through a wildcard lite group;
 -mode simple reads a normal topic with a -tag or -sql filter.
@@ -54,6 +64,7 @@ type consumeFlags struct {
 	idle       time.Duration
 	invisible  time.Duration
 	concurrent int
+	maxOutage  time.Duration
 	json       bool
 }
 
@@ -73,8 +84,9 @@ func runConsume(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&f.idle, "idle", 0, "stop after this long without a message (0: never)")
 	fs.DurationVar(&f.invisible, "invisible", rmqflow.DefaultInvisibleDuration, "invisible duration of received messages (10s..12h)")
 	fs.IntVar(&f.concurrent, "fetch-concurrency", 1, "long-polling goroutines")
+	fs.DurationVar(&f.maxOutage, "max-outage", time.Minute, "stop with exit 3 once receiving has failed for this long because the broker does not answer")
 	fs.BoolVar(&f.json, "json", false, "JSON lines instead of bodies")
-	if done, code := parseFlags(fs, args, stdout, consumeUsage, consumeExamples); done {
+	if done, code := parseFlags(fs, args, stdout, consumeUsage, consumeExamples, clientFooter); done {
 		return code
 	}
 	if f.conn.endpoint == "" || f.topic == "" || f.group == "" {
@@ -85,14 +97,26 @@ func runConsume(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rmqflow consume: -ack %q: want after-print, never or defer\n", f.ack)
 		return exitUsage
 	}
+	if f.maxOutage <= 0 || f.max < 0 || f.idle < 0 {
+		fmt.Fprintln(stderr, "rmqflow consume: -max-outage must be positive, -max and -idle not negative")
+		return exitUsage
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return consume(ctx, f, stdout, stderr)
 }
 
 func consume(ctx context.Context, f consumeFlags, stdout, stderr io.Writer) int {
-	cfg := rmqflow.SourceConfig{Connection: f.conn.connection(), FetchConcurrency: f.concurrent, InvisibleDuration: f.invisible,
-		AwaitDuration: 10 * time.Second}
+	conn, err := f.conn.connection()
+	if err != nil {
+		return fail(stderr, "consume", err)
+	}
+	maxOutage := f.maxOutage
+	if maxOutage == 0 {
+		maxOutage = time.Minute
+	}
+	cfg := rmqflow.SourceConfig{Connection: conn, FetchConcurrency: f.concurrent, InvisibleDuration: f.invisible,
+		AwaitDuration: 10 * time.Second, MaxOutage: maxOutage}
 	switch f.mode {
 	case "lite":
 		cfg.Lite = []rmqflow.LiteBinding{{Topic: f.topic, Group: f.group}}
@@ -128,9 +152,18 @@ func consume(ctx context.Context, f consumeFlags, stdout, stderr io.Writer) int 
 		m, err := src.Next(nctx)
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rmqflow.ErrSourceClosed) {
-				break // interrupted, or idle long enough
+			if ctx.Err() != nil || errors.Is(err, rmqflow.ErrSourceClosed) {
+				break // interrupted
 			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				// Idle long enough, or the broker went away meanwhile.
+				if perr := answers(ctx, conn, f.topic); perr != nil && ctx.Err() == nil {
+					prog.done()
+					return fail(stderr, "consume", fmt.Errorf("nothing for -idle %v, and then: %w", f.idle, perr))
+				}
+				break
+			}
+			prog.done()
 			return fail(stderr, "consume", err)
 		}
 		count++
@@ -154,6 +187,18 @@ func consume(ctx context.Context, f consumeFlags, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	return exitOK
+}
+
+// answers asks the broker for topic's route: nil when it answers.
+func answers(ctx context.Context, conn rmqflow.Connection, topic string) error {
+	c, err := client.New(client.Config{Endpoints: conn.Endpoints, Namespace: conn.Namespace, Credentials: conn.Credentials,
+		TLS: conn.TLS, RequestTimeout: conn.RequestTimeout, Logger: conn.Logger})
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	_, err = c.QueryRoute(ctx, topic)
+	return err
 }
 
 func printMessage(w io.Writer, asJSON bool, m *rmqflow.AckableMessage[[]byte]) {

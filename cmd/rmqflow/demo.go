@@ -23,19 +23,21 @@ few messages each. The pipeline is: Source → keyed hand-off by lite topic to
 worker shards → FairShare throttle → a slow "model call" → ack. It runs twice,
 throttle off and throttle on, then prints a table per lite topic (received,
 acked, deferred, p50/p99 latency from birth to ack) and writes an SVG chart of
-the cold sessions' latency in both runs.
+the cold sessions' latency in both runs (to -chart, by default
+rmqflow-demo.svg in the temporary directory; the path is printed).
 
-By default it runs on the embedded emulator (rmqfake): no Java, no setup.
-With -endpoint (the flag only: RMQFLOW_ENDPOINT is ignored here) it runs
-against a real broker, on -topic (a LITE main topic) and -group (a wildcard
-lite group bound to it), which must exist; scripts/rocketmq/fixtures.txt
-creates rmqflow-demo and rmqflow-demo-g.
+Without an endpoint it runs on the embedded emulator (rmqfake): no Java, no
+setup; it creates -topic and -group there, in -namespace if one is given.
+With -endpoint (or RMQFLOW_ENDPOINT) it runs against that broker, on -topic (a
+LITE main topic) and -group (a wildcard lite group bound to it), which must
+exist; scripts/rocketmq/fixtures.txt creates rmqflow-demo and rmqflow-demo-g.
+-endpoint= (empty) runs on the emulator even with RMQFLOW_ENDPOINT set.
 
 Flags:
 `
 
 var demoExamples = []example{
-	{"", "run on the embedded emulator and write rmqflow-demo.svg"},
+	{"-endpoint=", "run on the embedded emulator and write the chart to the temporary directory"},
 	{"-sessions 50 -hot 1000 -chart /tmp/demo.svg", "a bigger flood"},
 	{"-endpoint 127.0.0.1:18081", "against a real broker (make rocketmq-up creates the demo's topic and group)"},
 }
@@ -51,17 +53,20 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	conn.register(fs, "a real broker's gRPC `host:port`; empty runs the embedded emulator")
-	conn.endpoint = "" // the demo reaches a real broker only through the flag, never RMQFLOW_ENDPOINT
 	fs.StringVar(&topic, "topic", "rmqflow-demo", "LITE main `topic`")
 	fs.StringVar(&group, "group", "rmqflow-demo-g", "wildcard lite `group` bound to -topic")
 	fs.IntVar(&sessions, "sessions", 24, "cold sessions (lite topics)")
 	fs.IntVar(&hot, "hot", 400, "messages of the hot session")
 	fs.IntVar(&workers, "workers", 4, "worker shards")
 	fs.DurationVar(&modelCall, "model-call", 15*time.Millisecond, "duration of one slow \"model call\"")
-	fs.StringVar(&chartPath, "chart", "rmqflow-demo.svg", "write the SVG chart to `path`")
+	fs.StringVar(&chartPath, "chart", filepath.Join(os.TempDir(), "rmqflow-demo.svg"), "write the SVG chart to `path` (empty: no chart)")
 	fs.BoolVar(&asJSON, "json", false, "progress and results as JSON lines")
-	if done, code := parseFlags(fs, args, stdout, demoUsage, demoExamples); done {
+	if done, code := parseFlags(fs, args, stdout, demoUsage, demoExamples, demoFooter); done {
 		return code
+	}
+	c, err := conn.connection()
+	if err != nil {
+		return fail(stderr, "demo", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -73,20 +78,20 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			return fail(stderr, "demo", err)
 		}
 		defer fake.Stop()
-		if err := fake.CreateTopic(topic, rmqfake.TopicLite); err != nil {
+		if err := fake.CreateTopic(topic, rmqfake.TopicLite, rmqfake.InNamespace(conn.namespace)); err != nil {
 			return fail(stderr, "demo", err)
 		}
-		if err := fake.CreateGroup(group, rmqfake.LiteBind(topic), rmqfake.Wildcard()); err != nil {
+		if err := fake.CreateGroup(group, rmqfake.LiteBind(topic), rmqfake.Wildcard(), rmqfake.InNamespace(conn.namespace)); err != nil {
 			return fail(stderr, "demo", err)
 		}
-		conn.endpoint = fake.Addr()
+		c.Endpoints = fake.Addr()
 		where = "the embedded emulator at " + fake.Addr()
 	}
 	if !asJSON {
 		fmt.Fprintf(stdout, "rmqflow demo on %s: %d cold sessions × 8 messages, one hot session × %d\n", where, sessions, hot)
 	}
 	prog := newProgress(stderr, !asJSON)
-	results, err := demo.Run(ctx, demo.Config{Conn: conn.connection(), Topic: topic, Group: group, Sessions: sessions, Hot: hot,
+	results, err := demo.Run(ctx, demo.Config{Conn: c, Topic: topic, Group: group, Sessions: sessions, Hot: hot,
 		Workers: workers, ModelCall: modelCall, Progress: func(s demo.Status) {
 			if asJSON {
 				jsonLine(stdout, map[string]any{"run": s.Run, "received": s.Received, "acked": s.Acked, "deferred": s.Deferred,
@@ -132,5 +137,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	return exitOK
 }
+
+// demoFooter ends the demo's help. The embedded emulator accepts any
+// credentials; a real broker may refuse them (exit 5).
+const demoFooter = connEnvHelp + `
+Exit codes: 0 done, 1 failure (such as an unwritable -chart), 2 usage error,
+3 endpoint unreachable, 4 unknown topic or group, 5 credentials refused (the
+last three only with an endpoint).
+`
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

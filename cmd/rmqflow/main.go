@@ -12,6 +12,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -77,24 +79,71 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, `Run "rmqflow help <command>" for a command's flags.`)
 }
 
+const helpUsage = `Usage: rmqflow help [command]
+
+Without a command, lists the commands; with one, prints its flags, examples,
+environment and exit codes (as "rmqflow <command> -help" does).
+
+Examples:
+  rmqflow help
+  rmqflow help consume
+
+Exit codes: 0 done, 2 unknown command.
+`
+
 func runHelp(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
+	switch {
+	case len(args) == 0:
 		usage(stdout)
+		return 0
+	case len(args) > 1:
+		fmt.Fprint(stderr, helpUsage)
+		return 2
+	case args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
+		fmt.Fprint(stdout, helpUsage)
 		return 0
 	}
 	for _, c := range commands() {
-		if c.name == args[0] && c.name != "help" {
-			return c.run([]string{"-help"}, stdout, io.Discard)
+		if c.name == args[0] {
+			return c.run([]string{"-help"}, stdout, stderr)
 		}
 	}
 	fmt.Fprintf(stderr, "rmqflow help: unknown command %q\n", args[0])
 	return 2
 }
 
+const versionUsage = `Usage: rmqflow version [-json]
+
+Prints rmqflow's version (the module version, "(devel)" for a build from a
+work tree), the Go version and the platform; with -json as
+{"version","go","os","arch"}.
+
+Examples:
+  rmqflow version
+  rmqflow version -json
+
+Exit codes: 0 done, 2 usage error.
+`
+
 func runVersion(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: rmqflow version")
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	asJSON := fs.Bool("json", false, "print a JSON line")
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, versionUsage)
+		return 0
+	case err != nil:
 		return 2
+	case fs.NArg() > 0:
+		fmt.Fprint(stderr, versionUsage)
+		return 2
+	}
+	if *asJSON {
+		jsonLine(stdout, map[string]string{"version": version(), "go": runtime.Version(), "os": runtime.GOOS, "arch": runtime.GOARCH})
+		return 0
 	}
 	fmt.Fprintf(stdout, "rmqflow %s %s %s/%s\n", version(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return 0
