@@ -38,6 +38,9 @@ func WildcardReceivesManyLiteTopics(t *testing.T, e *Env) {
 		if m.DeliveryAttempt != 1 {
 			t.Errorf("message %s: first delivery has attempt %d, want 1", m.MessageID, m.DeliveryAttempt)
 		}
+		if got, want := m.Properties["INNER_MULTI_DISPATCH"], "%LMQ%$"+topic+"$"+m.LiteTopic; got != want {
+			t.Errorf("message %s: INNER_MULTI_DISPATCH %q, want %q", m.MessageID, got, want)
+		}
 		seen[m.LiteTopic] = true
 		if err := AckOne(t, c, rmqtest.LiteGroup(s), m); err != nil {
 			t.Errorf("ack %s: %v", m.MessageID, err)

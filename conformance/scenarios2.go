@@ -54,6 +54,9 @@ func changeInvisibleNormal(t *testing.T, e *Env) {
 	if len(back) != 1 {
 		t.Fatal("the message did not come back: the old handle's ack took effect")
 	}
+	if back[0].DeliveryAttempt != 2 {
+		t.Errorf("came back with attempt %d, want 2", back[0].DeliveryAttempt)
+	}
 	if err := AckOne(t, c, group, back[0]); err != nil {
 		t.Error(err)
 	}
@@ -250,8 +253,8 @@ func MaxRetriesThenDLQ(t *testing.T, e *Env) {
 		}
 		// That delivery cannot be acked for good: with its own topic the ack
 		// fails; with the main topic it answers OK, yet the message returns.
-		if err := AckOne(t, c, group, got[2]); Code(err) != client.CodeInternalServerError {
-			t.Errorf("ack of the DLQ delivery with topic %s: %v, want INTERNAL_SERVER_ERROR", got[2].Topic, err)
+		if err := AckOne(t, c, group, got[2]); Code(err) != client.CodeInternalServerError || !strings.Contains(err.Error(), "ack failed: status is abnormal") {
+			t.Errorf("ack of the DLQ delivery with topic %s: %v, want INTERNAL_SERVER_ERROR \"ack failed: status is abnormal\"", got[2].Topic, err)
 		}
 		m := *got[2]
 		m.Topic = topic
@@ -263,6 +266,10 @@ func MaxRetriesThenDLQ(t *testing.T, e *Env) {
 			t.Fatalf("after acking the DLQ delivery got %d deliveries, want it back from %s", len(back), dlq)
 		}
 		t.Logf("back again: attempt %d topic %s", back[0].DeliveryAttempt, back[0].Topic)
+		if back[0].DeliveryAttempt != 2 {
+			t.Errorf("the DLQ delivery acked with the main topic came back with attempt %d, want 2", back[0].DeliveryAttempt)
+		}
+		_ = AckOne(t, c, group, back[0])
 	})
 	t.Run("normal", func(t *testing.T) {
 		t.Parallel()
@@ -389,7 +396,18 @@ func Limits(t *testing.T, e *Env) {
 			t.Errorf("receive with invisible %v: %v, want ILLEGAL_INVISIBLE_TIME", d, err)
 		}
 	}
-	for _, lite := range []string{"bad topic!", "a.b", "ü", string(make([]byte, 65))} {
+	long := run + "-" + strings.Repeat("x", 64-len(run)-1) // 64 bytes: the longest name allowed
+	if _, err := p.Send(rmqtest.Context(t, 10*time.Second), &client.Message{Topic: topic, LiteTopic: long, Body: []byte("x")}); err != nil {
+		t.Errorf("send to a lite topic of 64 bytes: %v, want OK", err)
+	} else if got := Collect(rmqtest.Context(t, 30*time.Second), t, c, LiteReq(s, 30*time.Second), OfRun(run), 1); len(got) != 1 || got[0].LiteTopic != long {
+		t.Errorf("the message to a lite topic of 64 bytes was not delivered (%d)", len(got))
+	} else if err := AckOne(t, c, group, got[0]); err != nil {
+		t.Error(err)
+	}
+	if _, err := p.Send(rmqtest.Context(t, 10*time.Second), &client.Message{Topic: topic, Body: []byte("x")}); Code(err) != client.CodeMessagePropertyConflict {
+		t.Errorf("send to a LITE topic with no lite topic: %v, want MESSAGE_PROPERTY_CONFLICT_WITH_TYPE", err)
+	}
+	for _, lite := range []string{"bad topic!", "a.b", "ü", long + "x"} {
 		_, err := p.Send(rmqtest.Context(t, 10*time.Second), &client.Message{Topic: topic, LiteTopic: lite, Body: []byte("x")})
 		if Code(err) != client.CodeIllegalLiteTopic {
 			t.Errorf("send to lite topic %q: %v, want ILLEGAL_LITE_TOPIC", lite, err)
