@@ -277,3 +277,49 @@ func TestBenchExitCodes(t *testing.T) {
 		t.Errorf("bench outside a checkout: exit %d, want 1: %s", code, errOut)
 	}
 }
+
+// TestReadmeCLIBlock runs the rmqflow commands of README.md's CLI section as
+// written, against the broker line's `rmqflow broker` (on a free port, with
+// -fast-lite-dispatch so that the backlog the README describes arrives at
+// once; consume gets -max 1 so that it ends).
+func TestReadmeCLIBlock(t *testing.T) {
+	clearEnv(t)
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "\n## The CLI\n")
+	if !ok {
+		t.Fatal("README.md has no CLI section")
+	}
+	_, block, _ := strings.Cut(section, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	var cmds [][]string
+	for _, line := range strings.Split(block, "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "go run ./cmd/rmqflow "); ok {
+			cmds = append(cmds, strings.Fields(rest))
+		}
+	}
+	if len(cmds) < 4 || cmds[1][0] != "broker" {
+		t.Fatalf("README's CLI block changed shape: %q", cmds)
+	}
+	_, addr, _ := startBrokerBinary(t, nil, append(cmds[1][1:], "-fast-lite-dispatch")...)
+	for _, c := range append(cmds[:1:1], cmds[2:]...) {
+		for i, a := range c {
+			if a == "127.0.0.1:8081" {
+				c[i] = addr
+			}
+		}
+		if c[0] == "consume" {
+			c = append(c, "-max", "1", "-idle", "30s")
+		}
+		code, out, errOut := runCLI(t, "", c...)
+		if code != exitOK {
+			t.Errorf("%v: exit %d: %s", c, code, errOut)
+		}
+		if c[0] == "consume" && !strings.Contains(out, `"body":"hi"`) {
+			t.Errorf("%v printed %q, want the message produce sent", c, out)
+		}
+	}
+}
