@@ -263,7 +263,7 @@ func TestExitCodeAfterBrokerDies(t *testing.T) {
 		}
 		defer cmd.Process.Kill()
 		lines := bufio.NewScanner(pipe)
-		if !lines.Scan() || !strings.Contains(lines.Text(), `"id":"0`) {
+		if !lines.Scan() || !strings.Contains(lines.Text(), `"id":"`) || strings.Contains(lines.Text(), `"error"`) {
 			t.Fatalf("first line %q", lines.Text())
 		}
 		broker.Process.Kill()
