@@ -588,6 +588,9 @@ func missing(m *client.ReceivedMessage) string {
 func (s *Source[T]) entries(b *binding, msgs []*client.ReceivedMessage, polledAt time.Time) []*entry {
 	out := make([]*entry, len(msgs))
 	for i, m := range msgs {
+		if m.Topic == b.topic {
+			m.Topic = b.topic // one string for every message, not a copy each (issue 9, memory)
+		}
 		inv := m.InvisibleDuration
 		if inv == 0 {
 			inv = s.cfg.InvisibleDuration
