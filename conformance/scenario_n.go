@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -69,8 +70,8 @@ func frozenHandle(t *testing.T, e *Env, lite bool) {
 	// (10 s from receipt) has surely passed, the renewed one (20 s) not.
 	time.Sleep(time.Until(t0.Add(MinInvisible + 1500*time.Millisecond)))
 	err := AckHandle(t, other, group, msgs[stale], frozen[stale])
-	if Code(err) != client.CodeInvalidReceiptHandle {
-		t.Errorf("ack with the handle as received, after its own invisibility but inside the renewed one: %v, want INVALID_RECEIPT_HANDLE", err)
+	if Code(err) != client.CodeInvalidReceiptHandle || !strings.Contains(err.Error(), "receipt handle is expired") {
+		t.Errorf("ack with the handle as received, after its own invisibility but inside the renewed one: %v, want INVALID_RECEIPT_HANDLE \"receipt handle is expired\"", err)
 	}
 	if err := AckHandle(t, other, group, msgs[newest], latest[newest]); err != nil {
 		t.Errorf("ack with the newest handle: %v, want OK", err)

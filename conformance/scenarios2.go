@@ -344,6 +344,9 @@ func MixedBatchAck(t *testing.T, e *Env) {
 			t.Errorf("entry %d: %v, want code %v", i, r.Err, want[i])
 		}
 	}
+	if len(res) > 2 && (res[2].Err == nil || !strings.Contains(res[2].Err.Error(), "receipt handle is expired")) {
+		t.Errorf("expired entry: %v, want \"receipt handle is expired\"", res[2].Err)
+	}
 	_ = AckOne(t, c, group, re[0])
 }
 
@@ -390,10 +393,10 @@ func Limits(t *testing.T, e *Env) {
 		}
 	}
 
-	for _, d := range []time.Duration{5 * time.Second, 9 * time.Second, 12*time.Hour + time.Second} {
+	for d, text := range map[time.Duration]string{5 * time.Second: "min is 10000", 9 * time.Second: "min is 10000", 12*time.Hour + time.Second: "max is 43200000"} {
 		_, err := c.Receive(rmqtest.Context(t, 30*time.Second), LiteReq(s, d))
-		if Code(err) != client.CodeIllegalInvisibleTime {
-			t.Errorf("receive with invisible %v: %v, want ILLEGAL_INVISIBLE_TIME", d, err)
+		if Code(err) != client.CodeIllegalInvisibleTime || !strings.Contains(err.Error(), text) {
+			t.Errorf("receive with invisible %v: %v, want ILLEGAL_INVISIBLE_TIME %q", d, err, text)
 		}
 	}
 	long := run + "-" + strings.Repeat("x", 64-len(run)-1) // 64 bytes: the longest name allowed
