@@ -3,6 +3,7 @@ package rmqflow_test
 import (
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -68,5 +69,46 @@ func TestDocsNameRealTests(t *testing.T) {
 	t.Logf("%d citations checked", n)
 	if n < 50 {
 		t.Errorf("found only %d citations: the pattern no longer matches the docs", n)
+	}
+}
+
+// TestCoreDependencies pins "the core module may depend only on gRPC,
+// protobuf, the official stubs and the OpenTelemetry API": the non-test
+// packages (the library, client, rmqfake and the CLI) build from those
+// modules and their own dependencies only; the OpenTelemetry SDK is a test
+// dependency.
+func TestCoreDependencies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", ".", "./client", "./rmqfake", "./cmd/rmqflow").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	allowed := map[string]bool{
+		"github.com/rmqflow/rmqflow":                   true,
+		"github.com/apache/rocketmq-clients/golang/v5": true, // the generated stubs only
+		"google.golang.org/grpc":                       true,
+		"google.golang.org/protobuf":                   true,
+		"google.golang.org/genproto/googleapis/rpc":    true, // gRPC's status protos
+		"go.opentelemetry.io/otel":                     true,
+		"go.opentelemetry.io/otel/metric":              true,
+		"golang.org/x/net":                             true, // gRPC's
+		"golang.org/x/sys":                             true,
+		"golang.org/x/text":                            true,
+	}
+	for _, m := range strings.Fields(string(out)) {
+		if !allowed[m] {
+			t.Errorf("a non-test package depends on module %s", m)
+		}
+	}
+	pkgs, err := exec.Command("go", "list", "-deps", ".", "./client", "./rmqfake", "./cmd/rmqflow").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range strings.Fields(string(pkgs)) {
+		if strings.HasPrefix(p, "github.com/apache/rocketmq-clients/golang/v5") && p != "github.com/apache/rocketmq-clients/golang/v5/protocol/v2" {
+			t.Errorf("a non-test package imports %s beyond the official stubs", p)
+		}
 	}
 }
