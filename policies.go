@@ -137,7 +137,10 @@ type FairShareConfig struct {
 // in the window over the sum of their active times: the mean of their rates
 // weighted by how long each has been active), and whose acks exceed MinCount,
 // is deferred, which hands the fetch budget to the others. A lite topic alone
-// is never deferred. Rates, not counts, are compared, so lite topics at the
+// is never deferred. A lite topic back from a deferral counts as active since
+// it was deferred (it wanted service all through the pause), so the backlog it
+// returns with is not taken for a high rate: it keeps about its share instead
+// of being deferred again after a few messages (TestFairShareHotTopicKeepsItsShare). Rates, not counts, are compared, so lite topics at the
 // same rate that became active at different times (as a backlog drain hands
 // them out) are all at their share. Unlike a global rate limit it costs the
 // cold lite topics nothing.
@@ -147,7 +150,8 @@ type FairShareConfig struct {
 // an incremental sweep that forgets lite topics idle for a window; O(10) per
 // slot (Window/10). No pass over all lite topics ever runs, so 1,000,000
 // lite topics cost no pause. Memory: ~100 B per lite topic seen in the last
-// window or so, plus its name.
+// window or so (a deferred one until a window after its deferral ended), plus
+// its name.
 func FairShare[T any](cfg FairShareConfig) (ThrottlePolicy[T], error) {
 	switch {
 	case cfg.Window < 0:
@@ -189,6 +193,11 @@ type fairTopic struct {
 	sum   int64 // the sum of slots
 	since int64 // when its acks in the window began (Unix ns)
 	last  int64 // the slot of its last ack; active while in the window
+	// from is when its own active time began: since, or, for a lite topic
+	// that comes back from this policy's deferral, when it was deferred (it
+	// wanted service all through the pause).
+	from     int64
+	deferred int64 // when this policy last deferred it (Unix ns), 0 if never
 }
 
 // fairShare keeps, besides each lite topic's counts, per slot of the window:
@@ -228,8 +237,9 @@ func (f *fairShare) decide(key string) Decision {
 	}
 	if t != nil && t.sum >= int64(f.cfg.MinCount) && f.active >= 2 {
 		windowStart := (f.epoch - fairSlots + 1) * f.slot
-		rate := float64(t.sum) / float64(max(now-max(t.since, windowStart), f.slot))
+		rate := float64(t.sum) / float64(max(now-max(t.from, windowStart), f.slot))
 		if rate > f.cfg.Slack*f.pooledRate(now) {
+			t.deferred = now
 			return Defer(f.cfg.Defer, "fair-share")
 		}
 	}
@@ -241,7 +251,12 @@ func (f *fairShare) decide(key string) Decision {
 	cur := f.epoch % fairSlots
 	switch {
 	case t.sum == 0: // (re)starts its activity now
-		t.since = now
+		t.since, t.from = now, now
+		if t.deferred != 0 && now-t.deferred <= int64(f.cfg.Defer+f.cfg.Window) {
+			// Back from a deferral: the messages it takes at once are its
+			// demand of the whole pause, not a new high rate.
+			t.from = t.deferred
+		}
 		f.youngCount[cur]++
 		f.youngOff[cur] += now - f.epoch*f.slot
 		f.active++
@@ -322,7 +337,7 @@ func (f *fairShare) sweep(n int) {
 			f.cursor = 0
 		}
 		t := &f.all[f.cursor]
-		if t.last > f.epoch-fairSlots {
+		if t.last > f.epoch-fairSlots || (t.deferred != 0 && f.epoch*f.slot-t.deferred <= int64(f.cfg.Defer+f.cfg.Window)) {
 			f.cursor++
 			continue
 		}

@@ -243,6 +243,7 @@ type fairSim struct {
 	paused   map[string]time.Time
 	defers   map[string]int
 	firstDef map[string]time.Duration
+	admitted map[string]int
 	t0       time.Time
 }
 
@@ -256,7 +257,8 @@ func newFairSim(t *testing.T, cfg FairShareConfig) *fairSim {
 		t.Fatal(err)
 	}
 	return &fairSim{p: p, clk: clk, t0: clk.t, rate: map[string]float64{}, start: map[string]time.Time{},
-		owed: map[string]float64{}, paused: map[string]time.Time{}, defers: map[string]int{}, firstDef: map[string]time.Duration{}}
+		owed: map[string]float64{}, paused: map[string]time.Time{}, defers: map[string]int{}, firstDef: map[string]time.Duration{},
+		admitted: map[string]int{}}
 }
 
 func (s *fairSim) add(topic string, rate float64, after time.Duration) {
@@ -289,6 +291,7 @@ func (s *fairSim) run(d time.Duration) {
 					break
 				}
 				s.owed[k]--
+				s.admitted[k]++
 			}
 		}
 	}
@@ -334,6 +337,29 @@ func TestFairShareDefersAHotTopicPromptly(t *testing.T) {
 		if len(s.defers) != 1 {
 			t.Errorf("waves=%v: cold topics deferred: %v", coldWaves, s.defers)
 		}
+	}
+}
+
+// TestFairShareHotTopicKeepsItsShare: a hot lite topic is slowed to about
+// its share, not starved: back from a deferral it is still a lite topic that
+// wanted service all along, so the messages it then takes at once are not
+// mistaken for a new, high rate. (Before, its active time restarted at its
+// return with a floor of Window/10, so it was deferred again after about
+// MinCount × Slack messages: 1.6 msgs/s against the others' 10.)
+func TestFairShareHotTopicKeepsItsShare(t *testing.T) {
+	s := newFairSim(t, FairShareConfig{})
+	s.add("hot", 100, 0)
+	for i := range 99 {
+		s.add(fmt.Sprintf("c%03d", i), 10, 0)
+	}
+	s.run(120 * time.Second)
+	hot := float64(s.admitted["hot"]) / 120
+	t.Logf("hot admitted at %.1f msgs/s, deferred %d times", hot, s.defers["hot"])
+	if hot < 5 || hot > 15 {
+		t.Errorf("hot lite topic admitted at %.1f msgs/s (deferred %d times); want about its share, 5..15 (the others: 10)", hot, s.defers["hot"])
+	}
+	if len(s.defers) != 1 {
+		t.Errorf("cold topics deferred: %v", s.defers)
 	}
 }
 
@@ -386,7 +412,8 @@ func BenchmarkFairShareDecide(b *testing.B) {
 // TestFairShareBookkeeping: under random traffic over many windows the
 // incremental counters agree with a recount over the lite topics (active
 // count, young + old, acks in the window), and the sweep forgets every lite
-// topic idle for a window.
+// topic idle for a window (a deferred one a window after its deferral
+// ended).
 func TestFairShareBookkeeping(t *testing.T) {
 	clk := &manualClock{t: time.Unix(5000, 123)}
 	fs := &fairShare{cfg: FairShareConfig{Window: time.Second, Slack: 1.5, MinCount: 3, Defer: time.Second, Now: clk.Now},
@@ -425,7 +452,7 @@ func TestFairShareBookkeeping(t *testing.T) {
 				step, active, sum, young, fs.active, fs.totalSum, ys, fs.old)
 		}
 	}
-	clk.Advance(2 * time.Second)
+	clk.Advance(3 * time.Second) // a window past the pause of a lite topic deferred last (Defer + Window)
 	for range 2 * len(fs.all) {
 		fs.decide("new")
 	}
