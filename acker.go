@@ -44,19 +44,32 @@ func (a *Acker) AckAsync(ctx context.Context, h ReceiptHandle) *AckFuture {
 // until then has been called or is about to be.
 func (a *Acker) ackThen(ctx context.Context, h ReceiptHandle, then func(error)) {
 	a.pending.begin()
-	var (
-		f    *AckFuture
-		meet atomic.Int32 // the second of ackAsync's return and the completion calls then
-	)
-	f = a.pool.s.ackAsync(ctx, h, func() {
-		if meet.Add(1) == 2 {
-			then(f.err)
-		}
-		a.pending.end()
-	})
-	if meet.Add(1) == 2 {
-		then(f.err)
+	t := &thenAck{a: a, then: then}
+	// No done channel: nobody waits on this future. One allocation for t,
+	// one for its method value, where a closure over a future and a
+	// counter took five.
+	t.f.after = t.completed
+	a.pool.s.submitAck(ctx, h, &t.f)
+	t.met()
+}
+
+// thenAck is an ack of Acker.ackThen in progress.
+type thenAck struct {
+	f    AckFuture
+	a    *Acker
+	then func(error)
+	meet atomic.Int32 // the second of submitAck's return and the completion calls then
+}
+
+func (t *thenAck) met() {
+	if t.meet.Add(1) == 2 {
+		t.then(t.f.err)
 	}
+}
+
+func (t *thenAck) completed() {
+	t.met()
+	t.a.pending.end()
 }
 
 // ChangeInvisibleDuration makes the message invisible for d from now (0

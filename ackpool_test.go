@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -563,5 +564,71 @@ func TestAckPoolBatchesWhileSlotsBusy(t *testing.T) {
 	}
 	if st := pool.Stats(); st.Acks != 1+queued || st.AckRPCs != 2 {
 		t.Errorf("stats %+v, want %d acks in 2 RPCs", st, 1+queued)
+	}
+}
+
+// TestAckPoolAllowRemembersOnlyAllowed: allow remembers the endpoint strings
+// it found allowed (so it parses each once), never a refused one, and no
+// more than maxAllowedSeen of them.
+func TestAckPoolAllowRemembersOnlyAllowed(t *testing.T) {
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: "127.0.0.1:7001"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	p := pool.s
+	for range 2 { // the second round answers from what the first remembered
+		if err := p.allow("127.0.0.1:7001"); err != nil {
+			t.Fatalf("allowed endpoint: %v", err)
+		}
+		for _, bad := range []string{"127.0.0.1:7002", "127.0.0.1:7001;127.0.0.1:7002", "no-port"} {
+			if err := p.allow(bad); err == nil {
+				t.Errorf("%q allowed", bad)
+			}
+		}
+	}
+	seen := func() int {
+		m := p.allowedSeen.Load()
+		if m == nil {
+			return 0
+		}
+		for k := range *m {
+			if k != "127.0.0.1:7001" && !strings.HasPrefix(k, "127.0.0.1:7001;") {
+				t.Errorf("remembered %q", k)
+			}
+		}
+		return len(*m)
+	}
+	if n := seen(); n != 1 {
+		t.Errorf("remembers %d strings, want 1", n)
+	}
+	// Many spellings of the allowed address: all allowed, at most
+	// maxAllowedSeen remembered.
+	for i := range 3 * maxAllowedSeen {
+		s := "127.0.0.1:7001" + strings.Repeat(";127.0.0.1:7001", i+1)
+		if err := p.allow(s); err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+	}
+	if n := seen(); n > maxAllowedSeen {
+		t.Errorf("remembers %d strings, want at most %d", n, maxAllowedSeen)
+	}
+}
+
+// BenchmarkAckPoolCheck is the per-ack validation of a handle (its fields
+// and its endpoints against the allowlist).
+func BenchmarkAckPoolCheck(b *testing.B) {
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: "127.0.0.1:7001"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	h := ReceiptHandle{Endpoints: "127.0.0.1:7001", Group: "g", Topic: "t", MessageID: "01ABCDEF0123456789",
+		Handle: strings.Repeat("h", 120), LiteTopic: "l000001"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := pool.s.check(h); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

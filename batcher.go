@@ -170,13 +170,37 @@ func (b *batcher) finish(batch []ackReq) {
 	}
 }
 
+// smallBatch is the batch size up to which flush finds repeated handles by
+// scanning rather than with a map (an allocation per RPC).
+const smallBatch = 16
+
+// indexOf is the index in reqs of the ack of handle, or -1; first indexes
+// reqs when it is not nil.
+func indexOf(first map[string]int, reqs []ackReq, handle string) int {
+	if first != nil {
+		if i, ok := first[handle]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range reqs {
+		if reqs[i].h.Handle == handle {
+			return i
+		}
+	}
+	return -1
+}
+
 // flush sends one batch, retrying a request-level retriable failure with
 // bounded backoff, and completes every future with its own entry's result.
 // Acks withdrawn or whose ctx ended while queued are not sent (ErrAckNotSent).
 // Two acks of one receipt handle are sent once and both get that entry's
 // result: the broker treats a repeated ack as success.
 func (b *batcher) flush(batch []ackReq) {
-	first := make(map[string]int, len(batch)) // handle -> index in reqs
+	var first map[string]int // handle -> index in reqs; for big batches only
+	if len(batch) > smallBatch {
+		first = make(map[string]int, len(batch))
+	}
 	reqs := make([]ackReq, 0, len(batch))
 	var dups [][]ackReq // per reqs index: later acks of the same handle
 	for _, r := range batch {
@@ -190,11 +214,13 @@ func (b *batcher) flush(batch []ackReq) {
 			r.f.complete(notSent(context.Canceled)) // withdrawn by a waiting Ack whose ctx ended
 			continue
 		}
-		if i, ok := first[r.h.Handle]; ok {
+		if i := indexOf(first, reqs, r.h.Handle); i >= 0 {
 			dups[i] = append(dups[i], r)
 			continue
 		}
-		first[r.h.Handle] = len(reqs)
+		if first != nil {
+			first[r.h.Handle] = len(reqs)
+		}
 		reqs = append(reqs, r)
 		dups = append(dups, nil)
 	}
