@@ -38,6 +38,8 @@ type result struct {
 	E2EP99ms      float64 `json:"e2e_p99_ms"`
 	ColdE2EP99ms  float64 `json:"cold_e2e_p99_ms"`
 	HotE2EP99ms   float64 `json:"hot_e2e_p99_ms"`
+	ColdAcked     int64   `json:"cold_acked"`
+	HotAcked      int64   `json:"hot_acked"`
 	Startup       float64 `json:"startup_seconds"`
 	Redelivered   int64   `json:"redelivered"`
 	AckFailures   int64   `json:"ack_failures"`

@@ -208,6 +208,8 @@ type Result struct {
 	E2EP99ms          float64 `json:"e2e_p99_ms"`
 	ColdE2EP99ms      float64 `json:"cold_e2e_p99_ms"`
 	HotE2EP99ms       float64 `json:"hot_e2e_p99_ms"`
+	ColdAcked         int64   `json:"cold_acked"` // acks in the window on cold lite topics (the hot-tenant shape)
+	HotAcked          int64   `json:"hot_acked"`  // acks in the window on the hot lite topic
 	StartupSeconds    float64 `json:"startup_seconds"`
 	Redelivered       int64   `json:"redelivered"`
 	AckFailures       int64   `json:"ack_failures"`

@@ -309,6 +309,7 @@ func (t *Tracker) Result(peer string, f Flags) Result {
 	r.E2EP50ms, r.E2EP99ms = pcts(t.e2e)
 	_, r.ColdE2EP99ms = pcts(t.cold)
 	_, r.HotE2EP99ms = pcts(t.hot)
+	r.ColdAcked, r.HotAcked = int64(len(t.cold)), int64(len(t.hot))
 	return r
 }
 
