@@ -34,8 +34,10 @@ Examples:
 
 `
 
-// runBench runs `go run ./harness` in the checkout's bench module with the
-// arguments as given, and returns its exit code.
+// runBench builds the harness of the checkout's bench module (into
+// .cache/bin, so that its own exit code comes through: `go run` would turn a
+// usage error's 2 into 1), runs it with the arguments as given, and returns
+// its exit code.
 func runBench(args []string, stdout, stderr io.Writer) int {
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
@@ -49,7 +51,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmd := exec.CommandContext(ctx, "go", append([]string{"run", "./harness"}, args...)...)
+	bin := filepath.Join(repo, ".cache", "bin", "rmqflow-bench-harness")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./harness")
+	build.Dir = filepath.Join(repo, "bench")
+	build.Stdout, build.Stderr = stderr, stderr
+	if err := build.Run(); err != nil {
+		return fail(stderr, "bench", fmt.Errorf("building the harness: %w", err))
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = filepath.Join(repo, "bench")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
