@@ -60,7 +60,8 @@ func TestSinkPerRecordErrors(t *testing.T) {
 		if ofRun(run, m) {
 			got[m.Value] = m
 			// A real handle under a group that does not exist fails with a
-			// typed error and leaves the message unacked.
+			// typed error. (Whether the message stays unacked is not checked
+			// here: the ack that follows would succeed either way.)
 			wrong := m.Handle
 			wrong.Group = "rmqflow-no-such-group"
 			var se *client.StatusError
