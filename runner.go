@@ -33,10 +33,10 @@ const (
 type ShutdownMode int
 
 const (
-	// ShutdownRelease starts no new message once Run's context ends, gives
-	// every message not yet handled back to the group (visible again after
-	// ReleaseDelay), waits for the handlers in flight, and then stops
-	// receiving. The default.
+	// ShutdownRelease starts no new message once Run's context ends, waits
+	// for the handlers in flight and their acks, then gives every message
+	// not started back to the group (visible again after ReleaseDelay) and
+	// closes the source. The default.
 	ShutdownRelease ShutdownMode = iota
 	// ShutdownFinish stops receiving and handles every message already
 	// fetched before returning.
@@ -45,11 +45,12 @@ const (
 
 // ReleaseDelay is the least invisibility a Runner shutting down in release
 // mode gives the messages it did not start (the source's
-// ReleaseInvisibleDuration when longer). Its source still polls at that
-// point; a message visible at once would be received again by it, and if
-// that answer were in transit when Close cuts the receive, the message would
-// stay invisible for a whole InvisibleDuration (on rmqfake about 1 shutdown
-// in 30 lost a message that way with a 0 s release;
+// ReleaseInvisibleDuration when longer). It releases them once the handlers
+// in flight are done, right before its source closes; the source still
+// polls until then, and a message visible at once would be received again by
+// it, and if that answer were in transit when Close cuts the receive, the
+// message would stay invisible for a whole InvisibleDuration (on rmqfake
+// about 1 shutdown in 30 lost a message that way with a 0 s release;
 // TestRunnerShutdownReleaseStartsNothingNew). On RocketMQ 5.5.0, stopping the
 // receives before releasing is no cure: lite topics released while their
 // only subscriber is connected but not polling were not dispatched to a new
@@ -346,6 +347,7 @@ pull:
 	if pullErr != nil {
 		errs = append(errs, pullErr)
 	}
+	var unstarted []*AckableMessage[T]
 	switch r.cfg.Shutdown {
 	case ShutdownFinish:
 		r.src.Drain()
@@ -358,10 +360,25 @@ pull:
 			d.enqueue(m)
 		}
 	default:
-		errs = append(errs, d.releaseBuffered(sctx))
+		unstarted = d.takeUnstarted()
 	}
 	// Wait for the handlers in flight and the acks pending.
 	d.waitIdle(sctx)
+	if len(unstarted) > 0 {
+		// Released only now, right before the source closes: a message
+		// visible again while the source still polls would be received
+		// again and could be lost in a receive that Close cuts short; and
+		// a lite topic's later messages must not reach another consumer
+		// while its head is still being handled. Their leases kept them
+		// invisible meanwhile. A shutdown that used up ShutdownTimeout
+		// still gets a few seconds to give them back.
+		rctx, rcancel := sctx, context.CancelFunc(func() {})
+		if sctx.Err() != nil {
+			rctx, rcancel = context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
+		}
+		errs = append(errs, d.giveBack(rctx, unstarted))
+		rcancel()
+	}
 	d.mu.Lock()
 	d.closing = true
 	close(d.ready)
@@ -438,7 +455,8 @@ func (d *dispatcher[T]) work(ctx context.Context) {
 
 // halted reports whether workers must start no new message: Run's context
 // ended and the shutdown releases what was not started. The check reads the
-// context itself, so nothing starts once the caller's cancel returned.
+// context itself, so a worker takes no message from its key once the
+// caller's cancel returned; one that took its message just before runs it.
 func (d *dispatcher[T]) halted() bool {
 	return d.r.cfg.Shutdown == ShutdownRelease && d.runCtx.Err() != nil
 }
@@ -450,7 +468,7 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 		d.mu.Lock()
 		st := d.keys[k]
 		if len(st.queue) > 0 && d.halted() {
-			// Left queued for releaseBuffered, which gives it back.
+			// Left queued for takeUnstarted; giveBack releases it.
 			st.busy = false
 			d.mu.Unlock()
 			return
@@ -720,9 +738,13 @@ func (d *dispatcher[T]) leave(m *AckableMessage[T]) {
 	d.acker.Leave(m.Handle)
 }
 
-// releaseBuffered gives back the messages the runner holds but has not
-// started, at once.
-func (d *dispatcher[T]) releaseBuffered(ctx context.Context) error {
+// releaseGrace bounds giving back the unstarted messages when the shutdown
+// already used up its ShutdownTimeout.
+const releaseGrace = 5 * time.Second
+
+// takeUnstarted takes the messages the runner holds but has not started out
+// of their keys and gives back their tokens; giveBack releases them.
+func (d *dispatcher[T]) takeUnstarted() []*AckableMessage[T] {
 	// The keys hold only messages no worker has started: a worker pops a
 	// message before it runs it. Take them all; a worker that later finds
 	// its key emptied marks it idle.
@@ -733,13 +755,21 @@ func (d *dispatcher[T]) releaseBuffered(ctx context.Context) error {
 		st.queue = nil
 	}
 	d.mu.Unlock()
+	for range left {
+		d.r.held.Add(-1)
+		<-d.buffered
+	}
+	return left
+}
+
+// giveBack makes the unstarted messages visible to the group again after
+// ReleaseDelay (or the source's ReleaseInvisibleDuration when longer).
+func (d *dispatcher[T]) giveBack(ctx context.Context, left []*AckableMessage[T]) error {
 	var errs []error
 	for _, m := range left {
 		if _, err := d.acker.ChangeInvisibleDuration(ctx, m.Handle, max(d.r.src.cfg.ReleaseInvisibleDuration, ReleaseDelay)); err != nil {
 			errs = append(errs, fmt.Errorf("release %s: %w", m.Handle.MessageID, err))
 		}
-		d.r.held.Add(-1)
-		<-d.buffered
 	}
 	return errors.Join(errs...)
 }
