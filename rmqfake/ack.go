@@ -22,16 +22,16 @@ func (b *broker) ack(req *v2.AckMessageRequest, ns string) *v2.AckMessageRespons
 	gk, tk := key(req.GetGroup(), ns), key(req.GetTopic(), ns)
 	resp := &v2.AckMessageResponse{}
 	codes := map[v2.Code]bool{}
-	b.mu.Lock()
-	for _, e := range req.GetEntries() {
-		st := okStatus()
-		if f := b.ackOne(gk, tk, e); f != nil {
-			st = f.status()
+	b.locked(func() {
+		for _, e := range req.GetEntries() {
+			st := okStatus()
+			if f := b.ackOne(gk, tk, e); f != nil {
+				st = f.status()
+			}
+			codes[st.Code] = true
+			resp.Entries = append(resp.Entries, &v2.AckMessageResultEntry{MessageId: e.GetMessageId(), ReceiptHandle: e.GetReceiptHandle(), Status: st})
 		}
-		codes[st.Code] = true
-		resp.Entries = append(resp.Entries, &v2.AckMessageResultEntry{MessageId: e.GetMessageId(), ReceiptHandle: e.GetReceiptHandle(), Status: st})
-	}
-	b.mu.Unlock()
+	})
 	if len(codes) == 1 {
 		for c := range codes {
 			resp.Status = &v2.Status{Code: c, Message: c.String()}
@@ -84,10 +84,13 @@ func (b *broker) ackOne(gk, tk resKey, e *v2.AckMessageEntry) *failure {
 		}
 		return nil
 	case kindFIFO:
-		if gt.ord == nil || int(h.queue) >= len(gt.ord) {
+		if gt.ord == nil {
 			return nil
 		}
-		switch gt.ord[h.queue].ack(h.offset, h.popTime) {
+		if h.queue < 0 || int(h.queue) >= len(gt.ord) {
+			return errAbnormal // the broker's "queueId is illegal"
+		}
+		switch gt.ord[h.queue].ack(h.offset, h.popTime, t.queues[h.queue].end()) {
 		case ackIllegal:
 			return errAbnormal
 		case ackCommitted:
@@ -119,7 +122,7 @@ func (b *broker) ackLite(gk, tk resKey, lite string, h handle) *failure {
 	if c == nil {
 		return nil
 	}
-	switch c.ord.ack(h.offset, h.popTime) {
+	switch c.ord.ack(h.offset, h.popTime, c.lq.q.end()) {
 	case ackIllegal:
 		return errAbnormal
 	case ackCommitted:
@@ -171,7 +174,10 @@ func (b *broker) changeInvisible(gk, tk resKey, lite string, h handle, invisible
 	gt := g.consumerOf(t)
 	switch h.kind {
 	case kindFIFO:
-		if gt != nil && gt.ord != nil && int(h.queue) < len(gt.ord) {
+		if gt != nil && gt.ord != nil {
+			if h.queue < 0 || int(h.queue) >= len(gt.ord) {
+				return "", errAbnormal // the broker's "queueId is illegal"
+			}
 			gt.ord[h.queue].change(h.offset, h.popTime, until, suspend)
 			b.armFIFO(gt, int(h.queue))
 		}

@@ -2,6 +2,7 @@ package rmqfake
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -55,9 +56,13 @@ func Queues(n int) TopicOption { return topicOpt(func(c *topicConfig) { c.queues
 // with Config.Namespace: Resource.resource_namespace and x-mq-namespace).
 func InNamespace(ns string) ResourceOption { return nsOpt(ns) }
 
+// maxRetryMax is the largest RetryMax: the delivery attempts a group allows,
+// RetryMax+1, travel as an int32 (RetryPolicy.max_attempts).
+const maxRetryMax = math.MaxInt32 - 1
+
 // RetryMax sets how often a group's message is redelivered before it goes to
-// the group's DLQ (%DLQ%<group>); the default is 16. Clients are told
-// max_attempts = n+1.
+// the group's DLQ (%DLQ%<group>); the default is 16, the most 2147483646.
+// Clients are told max_attempts = n+1.
 func RetryMax(n int) GroupOption { return groupOpt(func(c *groupConfig) { c.retryMax = n }) }
 
 // LiteBind binds a group to a LITE main topic (lite.bind.topic): only lite
@@ -115,8 +120,8 @@ func (s *Server) CreateGroup(name string, opts ...GroupOption) error {
 	if f := checkGroup(name); f != nil {
 		return fmt.Errorf("rmqfake: CreateGroup: %s", f.msg)
 	}
-	if c.retryMax < 0 {
-		return fmt.Errorf("rmqfake: CreateGroup %q: negative RetryMax", name)
+	if c.retryMax < 0 || c.retryMax > maxRetryMax {
+		return fmt.Errorf("rmqfake: CreateGroup %q: RetryMax %d: want 0 to %d (the max delivery attempts, RetryMax+1, is an int32 on the wire)", name, c.retryMax, maxRetryMax)
 	}
 	if c.wildcard && c.bind == "" {
 		return fmt.Errorf("rmqfake: CreateGroup %q: Wildcard needs LiteBind", name)

@@ -32,6 +32,14 @@ type broker struct {
 	changed chan struct{} // closed and replaced when pollers or sessions change
 }
 
+// locked runs f with b.mu held and lets go of it on every path, a panic in f
+// included: one request that panics must not stall the others.
+func (b *broker) locked(f func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f()
+}
+
 func newBroker(c Clock, auto, fastDispatch bool) *broker {
 	return &broker{
 		clock:        c,

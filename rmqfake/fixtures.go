@@ -125,8 +125,8 @@ func ParseFixture(line string) (Fixture, error) {
 			switch {
 			case k == "retry" && hasV:
 				n, err := strconv.Atoi(v)
-				if err != nil || n < 0 {
-					return Fixture{}, fmt.Errorf("group %s: retry=%q: want a number >= 0", fx.Name, v)
+				if err != nil || n < 0 || n > maxRetryMax {
+					return Fixture{}, fmt.Errorf("group %s: retry=%q: want a number from 0 to %d", fx.Name, v, maxRetryMax)
 				}
 				fx.RetryMax = n
 			case k == "bind" && hasV && v != "":

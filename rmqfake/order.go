@@ -125,8 +125,14 @@ const (
 	ackIllegal                    // the offset is not part of the batch
 )
 
-// ack acks offset off of the batch popped at popTime (ms).
-func (o *ordered) ack(off, popTime int64) ackResult {
+// ack acks offset off of the batch popped at popTime (ms); end is the
+// queue's next offset. An offset the queue never had is illegal, as the
+// broker's "offset is illegal" check of an ack (a forged handle must not
+// commit past the stored messages).
+func (o *ordered) ack(off, popTime, end int64) ackResult {
+	if off < 0 || off >= end {
+		return ackIllegal
+	}
 	if off < o.committed {
 		return ackNoop
 	}

@@ -229,12 +229,12 @@ func (b *broker) popFIFO(r *popRequest, gt *groupTopic) []delivered {
 		for j, m := range msgs {
 			switch {
 			case !r.filter.match(m):
-				o.ack(m.hoffset, now)
+				o.ack(m.hoffset, now, t.queues[qi].end())
 				continue
 			case attempts[j] >= gt.g.maxAttempts():
 				b.deadLetter(gt.g, m)
 				gt.dlq++
-				o.ack(m.hoffset, now)
+				o.ack(m.hoffset, now, t.queues[qi].end())
 				continue
 			}
 			out = append(out, delivered{m: m, attempt: attempts[j] + 1,
@@ -307,14 +307,14 @@ func (b *broker) popCursor(r *popRequest, c *liteCursor, out []delivered) []deli
 	for i, m := range msgs {
 		switch {
 		case !r.filter.match(m):
-			c.ord.ack(m.hoffset, now)
+			c.ord.ack(m.hoffset, now, c.lq.q.end())
 			continue
 		case attempts[i] >= c.g.maxAttempts():
 			// The proxy forwards it to the DLQ and acks it by its handle.
 			b.deadLetter(c.g, m)
 			c.dlq++
 			c.g.liteDLQ++
-			c.ord.ack(m.hoffset, now)
+			c.ord.ack(m.hoffset, now, c.lq.q.end())
 			continue
 		}
 		out = append(out, delivered{m: m, attempt: attempts[i] + 1,

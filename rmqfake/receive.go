@@ -66,9 +66,8 @@ func (x *service) finish(stream grpc.ServerStreamingServer[v2.ReceiveMessageResp
 // receiveRequest validates a ReceiveMessage in the order of
 // ReceiveMessageActivity and works out its long-polling window.
 func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.ReceiveMessageRequest) (*popRequest, time.Duration, *failure) {
-	b.mu.Lock()
-	sess := b.sessions[m.clientID]
-	b.mu.Unlock()
+	var sess *session
+	b.locked(func() { sess = b.sessions[m.clientID] })
 	if sess == nil {
 		return nil, 0, fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no settings: open a Telemetry session before receiving (the proxy fails here with a NullPointerException)", m.clientID)
 	}
@@ -129,38 +128,14 @@ func (b *broker) longPoll(ctx context.Context, r *popRequest, poll time.Duration
 	var t *topic
 	defer func() {
 		if t != nil {
-			b.mu.Lock()
-			b.unpark(t, w)
-			b.mu.Unlock()
+			b.locked(func() { b.unpark(t, w) })
 		}
 	}()
 	for {
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			return nil, nil, nil, status.Error(codes.Unavailable, "rmqfake: server stopped")
+		out, tt, f, err := b.popOrPark(ctx, r, &t, w)
+		if err != nil || f != nil || len(out) > 0 {
+			return out, tt, f, err
 		}
-		if err := ctx.Err(); err != nil {
-			// The client left (its cancellation came before whatever woke
-			// this poll): pop nothing it would never read.
-			b.mu.Unlock()
-			return nil, nil, nil, status.FromContextError(err).Err()
-		}
-		tt, g, f := b.target(r)
-		if f != nil {
-			b.mu.Unlock()
-			return nil, nil, f, nil
-		}
-		out := b.pop(r, tt, g)
-		if len(out) > 0 {
-			b.mu.Unlock()
-			return out, tt, nil, nil
-		}
-		if t == nil {
-			t = tt
-			b.park(t, w)
-		}
-		b.mu.Unlock()
 		select {
 		case <-w.ch:
 		case <-expired:
@@ -169,6 +144,33 @@ func (b *broker) longPoll(ctx context.Context, r *popRequest, poll time.Duration
 			return nil, nil, nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// popOrPark pops for r or, when nothing is there, parks w on the topic
+// (recorded in *parked) so that a send wakes the poll.
+func (b *broker) popOrPark(ctx context.Context, r *popRequest, parked **topic, w *waiter) ([]delivered, *topic, *failure, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, nil, nil, status.Error(codes.Unavailable, "rmqfake: server stopped")
+	}
+	if err := ctx.Err(); err != nil {
+		// The client left (its cancellation came before whatever woke this
+		// poll): pop nothing it would never read.
+		return nil, nil, nil, status.FromContextError(err).Err()
+	}
+	tt, g, f := b.target(r)
+	if f != nil {
+		return nil, nil, f, nil
+	}
+	if out := b.pop(r, tt, g); len(out) > 0 {
+		return out, tt, nil, nil
+	}
+	if *parked == nil {
+		*parked = tt
+		b.park(tt, w)
+	}
+	return nil, nil, nil, nil
 }
 
 // nack makes messages that could not be written visible again after a

@@ -19,17 +19,18 @@ func (b *broker) route(req *v2.QueryRouteRequest, ns, self string) *v2.QueryRout
 		return &v2.QueryRouteResponse{Status: f.status()}
 	}
 	k := key(req.GetTopic(), ns)
-	b.mu.Lock()
-	t := b.topics[k]
-	if t == nil && b.auto {
-		t = b.newTopic(k, TopicNormal, 0)
-	}
+	var t *topic
 	var n int
 	var typ TopicType
-	if t != nil {
-		n, typ = len(t.queues), t.typ
-	}
-	b.mu.Unlock()
+	b.locked(func() {
+		t = b.topics[k]
+		if t == nil && b.auto {
+			t = b.newTopic(k, TopicNormal, 0)
+		}
+		if t != nil {
+			n, typ = len(t.queues), t.typ
+		}
+	})
 	if t == nil {
 		return &v2.QueryRouteResponse{Status: fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s", k.name).status()}
 	}

@@ -3,6 +3,7 @@ package rmqfake
 import (
 	"crypto/md5"
 	"hash/fnv"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -240,11 +241,16 @@ func (b *broker) buildMessage(pm *v2.Message, peer string) (*message, *failure) 
 		m.bornSec, m.bornNanos = ts.GetSeconds(), ts.GetNanos()
 	}
 	if ts := sp.GetDeliveryTimestamp(); sp.DeliveryTimestamp != nil {
-		at := ts.AsTime()
-		if at.Sub(b.clock.Now()) > maxDelay*time.Millisecond {
+		ms, ok := timestampMillis(ts.GetSeconds(), ts.GetNanos())
+		if !ok {
+			// The proxy's Timestamps.toMillis overflows (an ArithmeticException).
+			return nil, fail(v2.Code_INTERNAL_SERVER_ERROR, "long overflow: delivery timestamp %ds is out of range", ts.GetSeconds())
+		}
+		now := b.clock.Now().UnixMilli()
+		if ms-now > maxDelay {
 			return nil, fail(v2.Code_ILLEGAL_DELIVERY_TIME, "the max delay time of message is too large, max is %d", maxDelay)
 		}
-		m.extra().deliverAt = at
+		m.extra().deliverAt = time.UnixMilli(ms) // a time in the past is due at once
 	}
 	if g := sp.GetMessageGroup(); g != "" {
 		switch {
@@ -276,6 +282,17 @@ func withProp(props map[string]string, k, v string) map[string]string {
 	}
 	out[k] = v
 	return out
+}
+
+// timestampMillis converts a protobuf timestamp to Unix milliseconds, and
+// reports false when the product overflows an int64 (as Java's checked
+// arithmetic in the proxy does) instead of wrapping to a distant past.
+func timestampMillis(sec int64, nanos int32) (int64, bool) {
+	const lim = math.MaxInt64 / 1000
+	if sec > lim || sec < -lim {
+		return 0, false
+	}
+	return sec*1000 + int64(nanos)/1e6, true
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -191,9 +191,7 @@ func (s *Server) Stop() {
 		return
 	}
 	s.stopped = true
-	s.b.mu.Lock()
-	s.b.close()
-	s.b.mu.Unlock()
+	s.b.locked(s.b.close)
 	s.gs.Stop()
 	<-s.serving
 }
@@ -210,21 +208,17 @@ func (s *Server) Restart() error {
 	if s.stopped {
 		return errors.New("rmqfake: restart of a stopped server")
 	}
-	s.b.mu.Lock()
-	s.b.restarting = true
-	s.b.mu.Unlock()
+	s.b.locked(func() { s.b.restarting = true })
 	s.gs.Stop()
 	<-s.serving
-	s.b.mu.Lock()
-	s.b.restart()
-	s.b.restarting = false
-	s.b.mu.Unlock()
+	s.b.locked(func() {
+		defer func() { s.b.restarting = false }()
+		s.b.restart()
+	})
 	lis, err := listenRetry(s.addr)
 	if err != nil {
 		s.stopped = true
-		s.b.mu.Lock()
-		s.b.close()
-		s.b.mu.Unlock()
+		s.b.locked(s.b.close)
 		return fmt.Errorf("rmqfake: restart: listen on %s: %w", s.addr, err)
 	}
 	s.serve(lis)
@@ -256,9 +250,8 @@ func (s *Server) WaitForPollers(ctx context.Context, n int) error {
 // client's session (Telemetry settings) comes or goes; it must not block.
 func (s *Server) WaitFor(ctx context.Context, cond func(Stats) bool) error {
 	for {
-		s.b.mu.Lock()
-		ch := s.b.changed
-		s.b.mu.Unlock()
+		var ch chan struct{}
+		s.b.locked(func() { ch = s.b.changed })
 		if cond(s.Stats()) {
 			return nil
 		}

@@ -28,11 +28,11 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 		if err != nil {
 			if status.Code(err) == codes.Canceled && ctx.Err() != nil {
 				// The client went away: the proxy drops its lite subscription.
-				s.b.mu.Lock()
-				if !s.b.closed && !s.b.restarting {
-					s.b.offlineLite(m.clientID)
-				}
-				s.b.mu.Unlock()
+				s.b.locked(func() {
+					if !s.b.closed && !s.b.restarting {
+						s.b.offlineLite(m.clientID)
+					}
+				})
 			}
 			return err
 		}
