@@ -159,15 +159,16 @@ func TestRetryMaxBounds(t *testing.T) {
 }
 
 // TestDeliveryTimestampExtremes: a delivery time of ±MaxInt64 seconds does not
-// wrap to the past (the message would be delivered at once): it is refused as
-// the proxy's overflowing millisecond conversion refuses it; one in the past
-// is due at once; one beyond the max delay is ILLEGAL_DELIVERY_TIME.
+// wrap to the past (the message would be delivered at once): a timestamp
+// outside protobuf's range is INTERNAL_SERVER_ERROR, as the proxy's
+// validation answers (conformance scenario p); one beyond the max delay is
+// ILLEGAL_DELIVERY_TIME.
 func TestDeliveryTimestampExtremes(t *testing.T) {
 	t.Parallel()
 	s, clk := start(t)
 	must(t, s.CreateTopic("t-delay", rmqfake.TopicDelay))
 	p := producer(t, s)
-	for _, sec := range []int64{math.MaxInt64, math.MinInt64, math.MaxInt64 / 999, -math.MaxInt64 / 999} {
+	for _, sec := range []int64{math.MaxInt64, math.MinInt64, math.MaxInt64 / 999, -math.MaxInt64 / 999, 1e15, 253402300800} {
 		res, err := p.Send(ctxT(t), &client.Message{Topic: "t-delay", Body: []byte("x"), DeliveryTime: time.Unix(sec, 0)})
 		if err == nil && len(res) == 1 {
 			err = res[0].Err

@@ -3,7 +3,6 @@ package rmqfake
 import (
 	"crypto/md5"
 	"hash/fnv"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -241,12 +240,12 @@ func (b *broker) buildMessage(pm *v2.Message, peer string) (*message, *failure) 
 		m.bornSec, m.bornNanos = ts.GetSeconds(), ts.GetNanos()
 	}
 	if ts := sp.GetDeliveryTimestamp(); sp.DeliveryTimestamp != nil {
-		ms, ok := timestampMillis(ts.GetSeconds(), ts.GetNanos())
-		if !ok {
-			// The proxy's Timestamps.toMillis overflows (an ArithmeticException).
-			return nil, fail(v2.Code_INTERNAL_SERVER_ERROR, "long overflow: delivery timestamp %ds is out of range", ts.GetSeconds())
+		if !ts.IsValid() {
+			// The proxy validates the timestamp (protobuf's range, years 1 to
+			// 9999) before converting it (scenario p).
+			return nil, fail(v2.Code_INTERNAL_SERVER_ERROR, "Timestamp is not valid. See proto definition for valid values. Seconds (%d) must be in range [-62,135,596,800, +253,402,300,799]. Nanos (%d) must be in range [0, +999,999,999].. IllegalArgumentException", ts.GetSeconds(), ts.GetNanos())
 		}
-		now := b.clock.Now().UnixMilli()
+		ms, now := ts.GetSeconds()*1000+int64(ts.GetNanos())/1e6, b.clock.Now().UnixMilli()
 		if ms-now > maxDelay {
 			return nil, fail(v2.Code_ILLEGAL_DELIVERY_TIME, "the max delay time of message is too large, max is %d", maxDelay)
 		}
@@ -282,17 +281,6 @@ func withProp(props map[string]string, k, v string) map[string]string {
 	}
 	out[k] = v
 	return out
-}
-
-// timestampMillis converts a protobuf timestamp to Unix milliseconds, and
-// reports false when the product overflows an int64 (as Java's checked
-// arithmetic in the proxy does) instead of wrapping to a distant past.
-func timestampMillis(sec int64, nanos int32) (int64, bool) {
-	const lim = math.MaxInt64 / 1000
-	if sec > lim || sec < -lim {
-		return 0, false
-	}
-	return sec*1000 + int64(nanos)/1e6, true
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
