@@ -45,7 +45,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."o", as in docs/broker-semantics.md
+	ID   string // "a".."p", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -67,6 +67,7 @@ var Scenarios = []Scenario{
 	{"m", "BacklogBeforeSubscription", BacklogBeforeSubscription},
 	{"n", "FrozenHandleAfterRenewals", FrozenHandleAfterRenewals},
 	{"o", "DeferredHeadAndSuccessors", DeferredHeadAndSuccessors},
+	{"p", "ForgedRequests", ForgedRequests},
 }
 
 // Env gives scenarios clients bound to the target.

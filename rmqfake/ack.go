@@ -59,7 +59,9 @@ func (b *broker) ackOne(gk, tk resKey, e *v2.AckMessageEntry) *failure {
 		return fail(v2.Code_TOPIC_NOT_FOUND, "topic[%s] not exist, apply first please!", tk.name)
 	}
 	if g == nil {
-		return errAbnormal // as the broker answers an ack naming an unknown group
+		// The broker records an ack for a group it has no subscription of and
+		// answers OK; the message stays in flight for its own group (scenario p).
+		return nil
 	}
 	gt := g.consumerOf(t)
 	if gt == nil {

@@ -106,6 +106,10 @@ func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.Receive
 	if f != nil {
 		return nil, 0, f
 	}
+	if req.GetBatchSize() < 0 {
+		// The proxy sizes a list by it; 0 polls and finds nothing (scenario p).
+		return nil, 0, fail(v2.Code_INTERNAL_SERVER_ERROR, "java.lang.IllegalArgumentException: Illegal Capacity: %d", req.GetBatchSize())
+	}
 	return &popRequest{
 		clientID:  m.clientID,
 		lite:      sess.typ == v2.ClientType_LITE_PUSH_CONSUMER,
