@@ -48,8 +48,8 @@ type nsOpt string
 func (n nsOpt) applyTopic(c *topicConfig) { c.ns = string(n) }
 func (n nsOpt) applyGroup(c *groupConfig) { c.ns = string(n) }
 
-// Queues sets how many queues a topic has (default 4). Lite topics of a LITE
-// main topic always have one queue each.
+// Queues sets how many queues a topic has (default 4, at most MaxQueues).
+// Lite topics of a LITE main topic always have one queue each.
 func Queues(n int) TopicOption { return topicOpt(func(c *topicConfig) { c.queues = n }) }
 
 // InNamespace creates the topic or group in namespace ns (clients select it
@@ -94,8 +94,8 @@ func (s *Server) CreateTopic(name string, typ TopicType, opts ...TopicOption) er
 	if _, ok := ParseTopicType(typ.String()); !ok {
 		return fmt.Errorf("rmqfake: CreateTopic %q: unknown type %d", name, typ)
 	}
-	if c.queues < 0 {
-		return fmt.Errorf("rmqfake: CreateTopic %q: negative queue count", name)
+	if c.queues < 0 || c.queues > MaxQueues {
+		return fmt.Errorf("rmqfake: CreateTopic %q: %d queues: want 1 to %d (0: the default, %d)", name, c.queues, MaxQueues, defaultQueues)
 	}
 	k := resKey{ns: c.ns, name: name}
 	b := s.b

@@ -18,7 +18,8 @@ type Fixture struct {
 	// Group is false for a topic, true for a group.
 	Group bool
 	Name  string
-	// Type and Queues describe a topic (Queues 0: the default, 4).
+	// Type and Queues describe a topic (Queues 0: the default, 4; at most
+	// MaxQueues).
 	Type   TopicType
 	Queues int
 	// RetryMax, Bind, Wildcard and FIFO describe a group (RetryMax -1: the
@@ -110,8 +111,8 @@ func ParseFixture(line string) (Fixture, error) {
 				fx.Type = t
 			case k == "queues" && hasV:
 				n, err := strconv.Atoi(v)
-				if err != nil || n < 1 {
-					return Fixture{}, fmt.Errorf("topic %s: queues=%q: want a positive number", fx.Name, v)
+				if err != nil || n < 1 || n > MaxQueues {
+					return Fixture{}, fmt.Errorf("topic %s: queues=%q: want a number from 1 to %d", fx.Name, v, MaxQueues)
 				}
 				fx.Queues = n
 			default:

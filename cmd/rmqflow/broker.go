@@ -47,7 +47,7 @@ A lite backlog reaches a newly subscribed wildcard consumer after 5 to 15 s,
 as on RocketMQ 5.5.0, unless -fast-lite-dispatch.
 
 A topic SPEC is NAME[:TYPE][:queues=N], TYPE one of normal (the default),
-lite, fifo or delay. A group SPEC is NAME[:retry=N][:bind=TOPIC][:wildcard][:fifo]:
+lite, fifo or delay, N from 1 to 1024 (default 4). A group SPEC is NAME[:retry=N][:bind=TOPIC][:wildcard][:fifo]:
 retry is the redeliveries before the group's DLQ (%DLQ%NAME; default 16),
 bind makes it a lite group of a LITE main topic, wildcard lets it receive
 every lite topic of that main topic, fifo consumes each queue in order.
