@@ -44,6 +44,7 @@ func (b *broker) ack(req *v2.AckMessageRequest, ns string) *v2.AckMessageRespons
 
 // ackOne acks one entry. Call it with b.mu held.
 func (b *broker) ackOne(gk, tk resKey, e *v2.AckMessageEntry) *failure {
+	b.stopRenewal(e.GetReceiptHandle())
 	h, f := parseHandle(e.GetReceiptHandle())
 	if f != nil {
 		return f
@@ -260,6 +261,9 @@ func (b *broker) forward(gk, tk resKey, lite string, h handle) *failure {
 		return nil
 	}
 	gt := g.consumerOf(t)
+	if gt != nil && h.kind == kindFIFO {
+		return b.forwardFIFO(g, gt, h)
+	}
 	if gt == nil || (h.kind != kindQueue && h.kind != kindRetry) {
 		return fail(v2.Code_MESSAGE_NOT_FOUND, "rmqfake: the message of this handle is not in flight")
 	}
@@ -280,6 +284,26 @@ func (b *broker) forward(gk, tk resKey, lite string, h handle) *failure {
 		if len(d.cks) == 0 {
 			delete(gt.inflight, d.key)
 		}
+	}
+	return nil
+}
+
+// forwardFIFO dead-letters a message of a FIFO group's queue (what the
+// official FIFO push consumers ask once their own retries are used up) and
+// acks it, so that the queue moves on. Call it with b.mu held.
+func (b *broker) forwardFIFO(g *group, gt *groupTopic, h handle) *failure {
+	if gt.ord == nil || h.queue < 0 || int(h.queue) >= len(gt.ord) {
+		return errAbnormal
+	}
+	o := gt.ord[h.queue]
+	if o.batch == nil || !o.batch.contains(h.offset) || o.batch.popTime != h.popTime {
+		return fail(v2.Code_MESSAGE_NOT_FOUND, "rmqfake: the message of this handle is not in flight")
+	}
+	b.deadLetter(g, o.batch.msgs[h.offset-o.batch.start])
+	gt.dlq++
+	if o.ack(h.offset, h.popTime, gt.t.queues[h.queue].end()) == ackCommitted {
+		gt.acked++
+		b.armFIFO(gt, int(h.queue))
 	}
 	return nil
 }

@@ -30,6 +30,11 @@ type broker struct {
 
 	pollers int
 	changed chan struct{} // closed and replaced when pollers or sessions change
+
+	// renewed holds the auto-renewed messages by handle, renewCount their
+	// number per client id (renew.go).
+	renewed    map[string]*renewal
+	renewCount map[string]int
 }
 
 // locked runs f with b.mu held and lets go of it on every path, a panic in f

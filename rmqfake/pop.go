@@ -52,6 +52,7 @@ type popRequest struct {
 	invisible int64 // ms
 	filter    filter
 	attemptID string
+	autoRenew bool // auto_renew=true: held for the client (renew.go)
 }
 
 // delivered is one message handed out by a pop.

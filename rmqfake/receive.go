@@ -53,6 +53,9 @@ func (x *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Serv
 			return err
 		}
 	}
+	if r.autoRenew {
+		s.b.locked(func() { s.b.holdRenewed(r, out) })
+	}
 	return stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_DeliveryTimestamp{DeliveryTimestamp: timestamppb.New(s.cfg.clock.Now())}})
 }
 
@@ -96,7 +99,7 @@ func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.Receive
 	}
 	inv := req.GetInvisibleDuration().AsDuration().Milliseconds()
 	if req.GetAutoRenew() {
-		inv = 60_000 // the proxy's default invisible time for auto-renewed receives
+		inv = autoRenewMax // popped for 60 s and renewed by the proxy up to 3 h (renew.go)
 	} else if inv < minInvisible {
 		return nil, 0, fail(v2.Code_ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too small. min is %d", minInvisible)
 	} else if inv > maxInvisible {
@@ -105,6 +108,13 @@ func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.Receive
 	flt, f := parseFilter(req.GetFilterExpression())
 	if f != nil {
 		return nil, 0, f
+	}
+	if sess.typ == v2.ClientType_LITE_PUSH_CONSUMER && req.GetAutoRenew() {
+		var held int
+		b.locked(func() { held = b.renewCount[m.clientID] })
+		if held > maxLiteRenewPerClient {
+			return nil, 0, fail(v2.Code_FORBIDDEN, "The client [%s] has too many unacked messages. Unacked count: %d", m.clientID, held)
+		}
 	}
 	if req.GetBatchSize() < 0 {
 		// The proxy sizes a list by it; 0 polls and finds nothing (scenario p).
@@ -119,6 +129,7 @@ func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.Receive
 		invisible: inv,
 		filter:    flt,
 		attemptID: req.GetAttemptId(),
+		autoRenew: req.GetAutoRenew(),
 	}, poll, nil
 }
 

@@ -101,6 +101,8 @@ func statusResponse(method string, st *v2.Status) proto.Message {
 		return &v2.NotifyClientTerminationResponse{Status: st}
 	case "SyncLiteSubscription":
 		return &v2.SyncLiteSubscriptionResponse{Status: st}
+	case "QueryAssignment":
+		return &v2.QueryAssignmentResponse{Status: st}
 	}
 	return nil
 }
@@ -147,6 +149,7 @@ func (x *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeInv
 		// The proxy dereferences the client's missing channel (scenario j).
 		return respond(fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no session: ChangeInvisibleDuration needs Telemetry settings of any type (the proxy fails here with a NullPointerException)", m.clientID))
 	}
+	b.stopRenewal(req.GetReceiptHandle())
 	nh, f := b.changeInvisible(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h, inv, req.GetSuspend())
 	if f != nil {
 		return respond(f)
@@ -175,6 +178,7 @@ func (x *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.F
 	if f != nil {
 		return respond(f)
 	}
+	b.stopRenewal(req.GetReceiptHandle())
 	if f := b.forward(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h); f != nil {
 		return respond(f)
 	}
@@ -185,8 +189,8 @@ func unimplemented(method, why string) error {
 	return status.Errorf(codes.Unimplemented, "rmqfake does not implement %s: %s", method, why)
 }
 
-func (x *service) QueryAssignment(context.Context, *v2.QueryAssignmentRequest) (*v2.QueryAssignmentResponse, error) {
-	return nil, unimplemented("QueryAssignment", "push consumers are not emulated; use ReceiveMessage (simple or lite consumers)")
+func (x *service) QueryAssignment(ctx context.Context, req *v2.QueryAssignmentRequest) (*v2.QueryAssignmentResponse, error) {
+	return x.s.b.assignment(req, metaOf(ctx).ns, x.s.Addr()), nil
 }
 
 func (x *service) PullMessage(*v2.PullMessageRequest, grpc.ServerStreamingServer[v2.PullMessageResponse]) error {

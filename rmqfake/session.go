@@ -31,6 +31,7 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 				s.b.locked(func() {
 					if !s.b.closed && !s.b.restarting {
 						s.b.offlineLite(m.clientID)
+						s.b.clearRenewals(m.clientID)
 					}
 				})
 			}
@@ -252,6 +253,7 @@ func (x *service) NotifyClientTermination(ctx context.Context, req *v2.NotifyCli
 	sess := b.sessions[m.clientID]
 	delete(b.sessions, m.clientID)
 	b.notify()
+	b.clearRenewals(m.clientID)
 	if sess == nil {
 		return &v2.NotifyClientTerminationResponse{Status: fail(v2.Code_UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client").status()}, nil
 	}

@@ -1,0 +1,130 @@
+package rmqfake_test
+
+import (
+	"testing"
+	"time"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+// TestQueryAssignment answers as the 5.5.0 proxy does (notes/research/
+// push-consumers.md §1): a FIFO group gets one assignment per queue; a
+// normal group, a lite group and an unknown group one assignment with id -1;
+// the queue carries the request's topic and endpoints, READ_WRITE, broker id
+// 0, no accepted message types, the same on every call; an unknown topic is
+// TOPIC_NOT_FOUND.
+func TestQueryAssignment(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	must(t, s.CreateTopic("t-fifo4", rmqfake.TopicFIFO, rmqfake.Queues(4)))
+	must(t, s.CreateGroup("g-fifo4", rmqfake.FIFO()))
+	c := newClient(t, s, client.Config{})
+	stub := v2.NewMessagingServiceClient(c.Conn())
+	eps := &v2.Endpoints{Scheme: v2.AddressScheme_IPv4, Addresses: []*v2.Address{{Host: "10.1.2.3", Port: 9876}}}
+	ask := func(topic, group string) *v2.QueryAssignmentResponse {
+		t.Helper()
+		resp, err := stub.QueryAssignment(c.OutgoingContext(ctxT(t)), &v2.QueryAssignmentRequest{
+			Topic: &v2.Resource{Name: topic}, Group: &v2.Resource{Name: group}, Endpoints: eps})
+		must(t, err)
+		return resp
+	}
+	for _, tc := range []struct {
+		topic, group string
+		ids          []int32
+	}{
+		{"t-fifo4", "g-fifo4", []int32{0, 1, 2, 3}},
+		{"t-fifo4", normalGroup, []int32{-1}},
+		{normalTopic, normalGroup, []int32{-1}},
+		{liteTopic, liteGroup, []int32{-1}},
+		{normalTopic, "no-such-group", []int32{-1}},
+	} {
+		resp := ask(tc.topic, tc.group)
+		if resp.GetStatus().GetCode() != v2.Code_OK || len(resp.GetAssignments()) != len(tc.ids) {
+			t.Fatalf("%s/%s: %v with %d assignments, want OK with %d", tc.topic, tc.group, resp.GetStatus(), len(resp.GetAssignments()), len(tc.ids))
+		}
+		for i, a := range resp.GetAssignments() {
+			mq := a.GetMessageQueue()
+			if mq.GetId() != tc.ids[i] || mq.GetTopic().GetName() != tc.topic || mq.GetPermission() != v2.Permission_READ_WRITE ||
+				mq.GetBroker().GetId() != 0 || mq.GetBroker().GetEndpoints().GetAddresses()[0].GetHost() != "10.1.2.3" || len(mq.GetAcceptMessageTypes()) != 0 {
+				t.Errorf("%s/%s assignment %d: %v", tc.topic, tc.group, i, mq)
+			}
+		}
+		if again := ask(tc.topic, tc.group); again.String() != resp.String() {
+			t.Errorf("%s/%s: a second call answered differently:\n%v\n%v", tc.topic, tc.group, resp, again)
+		}
+	}
+	if resp := ask("no-such-topic", normalGroup); resp.GetStatus().GetCode() != v2.Code_TOPIC_NOT_FOUND {
+		t.Errorf("unknown topic: %v, want TOPIC_NOT_FOUND", resp.GetStatus())
+	}
+}
+
+// TestAutoRenewedReceive: a receive with auto_renew (what push consumers
+// send) keeps its messages invisible past the 60 s the proxy pops with, as
+// the proxy's renewal does, and the receive's handle still acks them; when
+// the client terminates, the messages it still holds come back a second
+// later with one more attempt.
+func TestAutoRenewedReceive(t *testing.T) {
+	t.Parallel()
+	s, clk := start(t)
+	p := producer(t, s)
+	for _, b := range []string{"acked", "held"} {
+		send(t, p, &client.Message{Topic: normalTopic, Body: []byte(b)})
+	}
+	c := session(t, s, client.SessionConfig{Type: client.SimpleConsumer, Group: normalGroup, Subscriptions: []client.Subscription{{Topic: normalTopic}}})
+	req := normalReq(10 * time.Second) // ignored with AutoRenew, as by the proxy
+	req.AutoRenew = true
+	by := map[string]*client.ReceivedMessage{}
+	for len(by) < 2 {
+		for _, m := range receiveNow(t, c, req) {
+			by[string(m.Body)] = m
+		}
+	}
+	clk.Advance(2 * time.Hour)
+	if g := s.Stats().Groups[normalGroup]; g.InFlight != 2 {
+		t.Fatalf("2 h after an auto-renewed receive: %+v, want both in flight", g.Counts)
+	}
+	ackAll(t, c, normalGroup, normalTopic, []*client.ReceivedMessage{by["acked"]})
+	if err := c.NotifyClientTermination(ctxT(t), normalGroup); err != nil {
+		t.Fatal(err)
+	}
+	if g := s.Stats().Groups[normalGroup]; g.InFlight != 1 || g.Acked != 1 {
+		t.Fatalf("right after the termination: %+v, want the held message in flight for 1 s more", g.Counts)
+	}
+	clk.Advance(time.Second)
+	c2 := normalConsumer(t, s)
+	back := receiveNow(t, c2, normalReq(10*time.Second))
+	if len(back) != 1 || string(back[0].Body) != "held" || back[0].DeliveryAttempt != 2 {
+		t.Fatalf("after the termination: %v (attempt %d), want [held] on attempt 2", bodies(back), back[0].DeliveryAttempt)
+	}
+	ackAll(t, c2, normalGroup, normalTopic, back)
+}
+
+// TestForwardFIFOToDLQ: a FIFO push consumer whose own retries are used up
+// forwards the message to the DLQ with its FIFO handle; the message is
+// dead-lettered and acked, and the queue moves on to the next message.
+func TestForwardFIFOToDLQ(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	must(t, s.CreateTopic("t-fifo", rmqfake.TopicFIFO, rmqfake.Queues(1)))
+	must(t, s.CreateGroup("g-fifo", rmqfake.FIFO()))
+	p := producer(t, s)
+	for _, b := range []string{"1", "2"} {
+		send(t, p, &client.Message{Topic: "t-fifo", MessageGroup: "o", Body: []byte(b)})
+	}
+	c := session(t, s, client.SessionConfig{Type: client.SimpleConsumer, Group: "g-fifo", Subscriptions: []client.Subscription{{Topic: "t-fifo"}}})
+	req := client.ReceiveRequest{Group: "g-fifo", Topic: "t-fifo", BatchSize: 1, AutoRenew: true, InvisibleDuration: 10 * time.Second, LongPollingTimeout: 5 * time.Second}
+	first := receiveNow(t, c, req)
+	if err := c.ForwardToDeadLetterQueue(ctxT(t), client.DeadLetterRequest{Group: "g-fifo", Topic: "t-fifo",
+		MessageID: first[0].MessageID, ReceiptHandle: first[0].ReceiptHandle}); err != nil {
+		t.Fatalf("forward a FIFO message to the DLQ: %v", err)
+	}
+	if g := s.Stats().Groups["g-fifo"]; g.DeadLettered != 1 || g.Acked != 1 {
+		t.Errorf("after the forward: %+v, want 1 dead-lettered and acked", g.Counts)
+	}
+	next := receiveNow(t, c, req)
+	if string(next[0].Body) != "2" {
+		t.Errorf("after the forward the queue delivered %q, want 2", next[0].Body)
+	}
+}

@@ -1,0 +1,80 @@
+package rmqfake
+
+// This file emulates the proxy's auto renewal of receives sent with
+// auto_renew=true (what the official push consumers send): the proxy pops
+// with 60 s and renews each message in the background until it is acked,
+// changed or forwarded, for at most 3 h since the receive
+// (DefaultReceiptHandleManager, renewMaxTimeMillis); the client only ever
+// sees the handle of the receive, which keeps working because the proxy
+// swaps in its latest renewed handle. When the client terminates or its
+// Telemetry stream ends, every message it holds becomes visible again 1 s
+// later (invisibleTimeMillisWhenClear). rmqfake pops such a receive with the
+// whole 3 h at once, which a client cannot tell from a renewal, and keeps
+// the handles so that a departing client's messages come back.
+
+const (
+	// autoRenewMax is how long an auto-renewed message stays invisible (ms).
+	autoRenewMax = 3 * 60 * 60 * 1000
+	// clearInvisible is the invisibility a departing client's auto-renewed
+	// messages get (ms).
+	clearInvisible = 1000
+	// maxLiteRenewPerClient is the most auto-renewed, unacked messages a
+	// lite push consumer may hold before its receives are refused
+	// (maxLiteRenewNumPerChannel).
+	maxLiteRenewPerClient = 100
+)
+
+// renewal is one auto-renewed message a client holds.
+type renewal struct {
+	client string
+	group  resKey
+	topic  resKey
+	lite   string
+	h      handle
+}
+
+// holdRenewed records the messages an auto_renew receive delivered to
+// client. Call it with b.mu held.
+func (b *broker) holdRenewed(r *popRequest, ds []delivered) {
+	if b.renewed == nil {
+		b.renewed = map[string]*renewal{}
+		b.renewCount = map[string]int{}
+	}
+	for _, d := range ds {
+		k := d.handle.String()
+		if _, dup := b.renewed[k]; dup {
+			continue
+		}
+		b.renewed[k] = &renewal{client: r.clientID, group: r.group, topic: r.topic, lite: d.m.lite, h: d.handle}
+		b.renewCount[r.clientID]++
+	}
+}
+
+// stopRenewal forgets an auto-renewed handle once it was acked, changed or
+// forwarded. Call it with b.mu held.
+func (b *broker) stopRenewal(handle string) {
+	if rn := b.renewed[handle]; rn != nil {
+		delete(b.renewed, handle)
+		if b.renewCount[rn.client]--; b.renewCount[rn.client] <= 0 {
+			delete(b.renewCount, rn.client)
+		}
+	}
+}
+
+// clearRenewals makes every message client holds by an auto-renewed receive
+// visible again in a second, as the proxy does when the client is gone.
+// Call it with b.mu held.
+func (b *broker) clearRenewals(client string) {
+	if b.renewCount[client] == 0 {
+		return
+	}
+	for k, rn := range b.renewed {
+		if rn.client != client {
+			continue
+		}
+		b.stopRenewal(k)
+		if !rn.h.expired(b.nowMS()) {
+			_, _ = b.changeInvisible(rn.group, rn.topic, rn.lite, rn.h, clearInvisible, false)
+		}
+	}
+}
