@@ -1,9 +1,9 @@
 // Package officialclient_test checks that the official RocketMQ Go client
 // (github.com/apache/rocketmq-clients/golang/v5: Producer, SimpleConsumer,
 // PushConsumer, LitePushConsumer) works against rmqfake unchanged; the push
-// flows run against the real broker of `make test` too (push_test.go). It is a module of its own so that the
-// official client's dependencies (zap, OpenCensus, ...) stay out of rmqflow's
-// go.mod; scripts/test.sh runs it.
+// flows run against the real broker of `make test` too (push_test.go). It is
+// a module of its own so that the official client's dependencies (zap,
+// OpenCensus, ...) stay out of rmqflow's go.mod; scripts/test.sh runs it.
 package officialclient_test
 
 import (
