@@ -27,6 +27,8 @@ type broker struct {
 	closed     bool
 	// strs interns strings many messages repeat (born hosts).
 	strs map[string]string
+	// lim holds the server's limits and their state (limits.go).
+	lim limiter
 
 	pollers int
 	changed chan struct{} // closed and replaced when pollers or sessions change

@@ -1,5 +1,9 @@
 package rmqfake
 
+import (
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+)
+
 // MaxQueues is the most queues a topic may have (CreateTopic's Queues, a
 // fixture's queues=N). The real broker's topics have a few (8 by default,
 // 4 in the project's fixtures); every queue costs rmqfake a position per
@@ -8,3 +12,88 @@ package rmqfake
 // gigabytes. 1024 queues keep a route answer near 100 KB, well inside the
 // clients' 4 MiB default receive size.
 const MaxQueues = 1024
+
+// DefaultMaxStoredBytes is the default of MaxStoredBytes: 1 GiB.
+const DefaultMaxStoredBytes = 1 << 30
+
+// MessageOverhead is what each stored message counts against
+// MaxStoredBytes beyond its body, id, lite topic, tag, keys, message group,
+// trace context and user properties: about what rmqfake keeps per message
+// (docs/rmqfake.md: under 1 KB, about 200 B in practice).
+const MessageOverhead = 256
+
+// MaxStoredBytes bounds what the server stores: the sum over stored
+// messages (in topics, lite topics and dead-letter queues, and delayed
+// messages not yet due) of their body, id, lite topic, tag, keys, message
+// group, trace context and user properties plus MessageOverhead. A send that
+// would go past it is refused whole, as the broker refuses a message when its
+// disk is full: INTERNAL_SERVER_ERROR "service not available now. It may be
+// caused by one of the following reasons: the broker's disk is full [...]".
+// Messages are freed once every group consuming their queue has taken them
+// (received and acked, for ordered queues; received, for normal pops); dead
+// letters the server moves itself are never refused. The default is
+// DefaultMaxStoredBytes; n <= 0 removes the limit.
+func MaxStoredBytes(n int64) Option { return func(c *config) { c.limits.storedBytes = n } }
+
+// limits are the bounds of one server (see the options above); a value of 0
+// or less means none.
+type limits struct {
+	storedBytes int64
+}
+
+func defaultLimits() limits {
+	return limits{storedBytes: DefaultMaxStoredBytes}
+}
+
+// limiter enforces a server's limits; its state is guarded by b.mu.
+type limiter struct {
+	limits
+}
+
+// cost is what m counts against MaxStoredBytes. It depends only on fields
+// that never change once m is stored.
+func (m *message) cost() int64 {
+	n := len(m.body) + len(m.id) + len(m.lite) + MessageOverhead
+	for k, v := range m.props {
+		n += len(k) + len(v)
+	}
+	if x := m.x; x != nil {
+		n += len(x.tag) + len(x.msgGroup) + len(x.trace)
+		for _, k := range x.keys {
+			n += len(k)
+		}
+	}
+	return int64(n)
+}
+
+// storedBytes is what the server's stored messages count against
+// MaxStoredBytes. Call it with b.mu held.
+func (b *broker) storedBytes() int64 {
+	var n int64
+	for _, t := range b.topics {
+		n += t.bytes
+	}
+	return n
+}
+
+// admit checks that msgs, about to be stored into t, fit the limits. Call
+// it with b.mu held, before anything of msgs is stored.
+func (b *broker) admit(msgs []*message) *failure {
+	if max := b.lim.storedBytes; max > 0 {
+		var in int64
+		for _, m := range msgs {
+			in += m.cost()
+		}
+		if used := b.storedBytes(); used+in > max {
+			// The broker's SendMessageProcessor remark for PutMessageStatus
+			// SERVICE_NOT_AVAILABLE (its disk is full); the 5.5.0 proxy maps
+			// the broker's code to INTERNAL_SERVER_ERROR and keeps the
+			// remark. The usage figures are the share of MaxStoredBytes used.
+			pct := 100 * float64(used) / float64(max)
+			return fail(v2.Code_INTERNAL_SERVER_ERROR,
+				"service not available now. It may be caused by one of the following reasons: the broker's disk is full [CL: %5.2f CQ: %5.2f INDEX: %5.2f], messages are put to the slave, message store has been shut down, etc.",
+				pct, pct, pct)
+		}
+	}
+	return nil
+}

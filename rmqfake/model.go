@@ -174,6 +174,9 @@ func (q *queue) push(m *message) {
 	if m.hoffset < 0 {
 		m.hoffset = m.offset
 	}
+	if m.store != nil {
+		m.store.bytes += m.cost()
+	}
 	q.msgs = append(q.msgs, m)
 }
 
@@ -185,6 +188,11 @@ func (q *queue) trim(to int64) {
 	}
 	if n > int64(len(q.msgs)) {
 		n = int64(len(q.msgs))
+	}
+	for _, m := range q.msgs[:n] {
+		if m.store != nil {
+			m.store.bytes -= m.cost()
+		}
 	}
 	clear(q.msgs[:n])
 	q.msgs = q.msgs[n:]
@@ -213,6 +221,10 @@ type topic struct {
 	waiters   map[*waiter]struct{}
 	scheduled map[*btimer]*message // delayed messages not yet due
 	sent      int64
+	// bytes is what the messages stored by this topic (m.store) count
+	// against MaxStoredBytes, wherever they are queued, and its delayed
+	// messages not yet due.
+	bytes int64
 }
 
 // group is a consumer group.

@@ -22,6 +22,9 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, f := b.sendTarget(k, msgs[0])
+	if f == nil {
+		f = b.admit(msgs)
+	}
 	if f != nil {
 		return &v2.SendMessageResponse{Status: f.status()}
 	}
@@ -95,9 +98,11 @@ func (b *broker) schedule(t *topic, m *message) {
 	var tm *btimer
 	tm = b.after(m.deliverAt().UnixMilli(), func() {
 		delete(t.scheduled, tm)
+		t.bytes -= m.cost() // counted again once queued
 		b.append(t, []*message{m})
 	})
 	t.scheduled[tm] = m
+	t.bytes += m.cost()
 }
 
 // sendTarget checks the topic and the message type as the proxy does

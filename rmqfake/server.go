@@ -51,6 +51,7 @@ type config struct {
 	// fastDispatch: see FastLiteDispatch.
 	fastDispatch bool
 	project      bool
+	limits       limits
 }
 
 // Option configures a Server.
@@ -97,7 +98,7 @@ func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // New starts a server and returns once it accepts connections.
 func New(opts ...Option) (*Server, error) {
-	cfg := config{addr: DefaultAddr, clock: RealClock()}
+	cfg := config{addr: DefaultAddr, clock: RealClock(), limits: defaultLimits()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -122,6 +123,7 @@ func New(opts ...Option) (*Server, error) {
 		log:  cfg.logger,
 		tls:  &serverTLS{},
 	}
+	s.b.lim = limiter{limits: cfg.limits}
 	if err := s.ApplyFixtures(cfg.fixtures); err != nil {
 		return nil, err
 	}

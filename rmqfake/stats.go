@@ -73,6 +73,8 @@ type Stats struct {
 	// Timers is how many broker timers are pending (invisibility ends,
 	// unblocks, delayed messages).
 	Timers int
+	// StoredBytes is what the stored messages count against MaxStoredBytes.
+	StoredBytes int64
 }
 
 // Stats returns a snapshot of topics, groups and counts.
@@ -81,7 +83,7 @@ func (s *Server) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.nowMS()
-	st := Stats{Topics: map[string]TopicStats{}, Groups: map[string]GroupStats{}, Sessions: len(b.sessions), Pollers: b.pollers, Timers: len(b.timers)}
+	st := Stats{Topics: map[string]TopicStats{}, Groups: map[string]GroupStats{}, Sessions: len(b.sessions), Pollers: b.pollers, Timers: len(b.timers), StoredBytes: b.storedBytes()}
 	groupStats := func(g *group) GroupStats {
 		gs, ok := st.Groups[g.key.String()]
 		if !ok {

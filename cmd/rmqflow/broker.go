@@ -78,6 +78,8 @@ type brokerFlags struct {
 	caOut        string
 	json         bool
 	verbose      bool
+	// limits (docs/rmqfake.md, Limits)
+	maxStoredBytes int64
 }
 
 type specList []string
@@ -100,6 +102,7 @@ func brokerFlagSet(out io.Writer) (*flag.FlagSet, *brokerFlags) {
 	fs.Var(secretFlag{&f.secretKey}, "secret-key", "the `secret` of -access-key (never printed; default $RMQFLOW_SECRET_KEY)")
 	fs.StringVar(&f.namespace, "namespace", os.Getenv("RMQFLOW_NAMESPACE"), "create the -topic and -group resources in this `namespace`")
 	fs.StringVar(&f.caOut, "ca-out", "", "write the TLS certificate (PEM) to `file`, for the clients' -ca")
+	fs.Int64Var(&f.maxStoredBytes, "max-stored-bytes", rmqfake.DefaultMaxStoredBytes, "refuse sends past this many stored `bytes` (bodies, ids, properties and 256 per message), as a broker with a full disk does; 0: no limit")
 	fs.BoolVar(&f.json, "json", false, "the listening and stopped lines as JSON")
 	fs.BoolVar(&f.verbose, "v", false, "log the server's errors to stderr")
 	fs.Usage = func() { fmt.Fprintln(out, `Run "rmqflow help broker" for the flags and examples.`) }
@@ -125,7 +128,7 @@ func (f *brokerFlags) options() ([]rmqfake.Option, error) {
 		return nil, errors.New("-access-key and -secret-key go together")
 	}
 	var opts []rmqfake.Option
-	opts = append(opts, rmqfake.Addr(f.listen))
+	opts = append(opts, rmqfake.Addr(f.listen), rmqfake.MaxStoredBytes(f.maxStoredBytes))
 	if f.autoCreate {
 		opts = append(opts, rmqfake.AutoCreate())
 	}

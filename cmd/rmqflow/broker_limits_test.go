@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+// brokerWith starts the server "rmqflow broker args..." would run, on a
+// free port with auto-create.
+func brokerWith(t *testing.T, args ...string) *rmqfake.Server {
+	t.Helper()
+	fs, f := brokerFlagSet(&bytes.Buffer{})
+	if err := fs.Parse(append([]string{"-listen", "127.0.0.1:0", "-auto-create"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := f.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rmqfake.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// The limit flags default to the library's defaults and reach the server.
+func TestBrokerLimitFlags(t *testing.T) {
+	fs, f := brokerFlagSet(&bytes.Buffer{})
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.maxStoredBytes != rmqfake.DefaultMaxStoredBytes {
+		t.Errorf("-max-stored-bytes default %d, want %d", f.maxStoredBytes, rmqfake.DefaultMaxStoredBytes)
+	}
+
+	s := brokerWith(t, "-max-stored-bytes", "2000")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.New(client.Config{Endpoints: s.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	body := make([]byte, 1000)
+	if _, err := c.Send(ctx, &client.Message{Topic: "limits", Body: body}); err != nil {
+		t.Fatalf("first message: %v", err)
+	}
+	_, err = c.Send(ctx, &client.Message{Topic: "limits", Body: body})
+	var se *client.StatusError
+	if !errors.As(err, &se) || se.Code != client.CodeInternalServerError {
+		t.Errorf("past -max-stored-bytes: %v, want INTERNAL_SERVER_ERROR", err)
+	}
+}
