@@ -1,5 +1,5 @@
 # rmqflow: `make test` is the one command that runs all tests.
-.PHONY: test unit fuzz crash bench bench-quick rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
+.PHONY: test unit fuzz crash bench bench-resume bench-quick rocketmq-up rocketmq-down rocketmq-status rocketmq-logs vet fmt
 
 # Every test, against a real RocketMQ that this starts (and stops) itself.
 test:
@@ -28,7 +28,8 @@ FUZZTIME ?= 60s
 FUZZFLAGS ?=
 FUZZ_TARGETS = .:FuzzReceiptHandleUnmarshal .:FuzzReceiptHandleBinaryCrossForm .:FuzzReceiptHandleJSON \
 	./client:FuzzParseEndpoints ./client:FuzzReceivedMessageFromProto \
-	./rmqfake:FuzzParseFixtures ./rmqfake:FuzzParseFixture ./cmd/rmqflow:FuzzBrokerSpecs
+	./rmqfake:FuzzParseFixtures ./rmqfake:FuzzParseFixture ./rmqfake:FuzzHandle ./rmqfake:FuzzFilter \
+	./rmqfake:FuzzNames ./rmqfake:FuzzRequestProto ./cmd/rmqflow:FuzzBrokerSpecs
 # A run that ends in "context deadline exceeded" with no failing input written
 # is Go's -fuzztime race (go.dev/issue/75804, fixed in Go 1.27), not a crash.
 fuzz:
@@ -47,12 +48,20 @@ fuzz:
 
 # The benchmark harness (bench/harness) on a real broker it starts: every
 # peer at its strongest, every scenario, repetitions in a random order, the
-# broker's CPU per window; it writes docs/benchmarks.md and its charts. Takes
-# about two hours; `make bench-quick` is a 2-minute smoke run (report in
-# .cache/bench/). BENCHFLAGS passes more harness flags (go run ./harness -help).
+# broker's CPU per window; it writes docs/benchmarks.md and its charts. It
+# plans 206 runs of about a minute each on 2 cores (start-up, the broker
+# settling, warm-up and a 30 s window): about three and a half hours. A run
+# that was interrupted continues with `make bench-resume DIR=.cache/bench/<dir>`
+# (its own flags and seed; the runs it recorded are kept). `make bench-quick`
+# is a 2-minute smoke run (report in .cache/bench/). BENCHFLAGS passes more
+# harness flags (go run ./harness -help).
 BENCHFLAGS ?=
 bench:
 	scripts/with-broker.sh sh -c 'cd bench && go run ./harness -endpoint "$$RMQFLOW_ENDPOINT" -report ../docs/benchmarks.md $(BENCHFLAGS)'
+
+bench-resume:
+	@test -n "$(DIR)" || { echo "usage: make bench-resume DIR=.cache/bench/<dir of the interrupted run>"; exit 2; }
+	scripts/with-broker.sh sh -c 'cd bench && go run ./harness -resume "$(abspath $(DIR))"'
 
 bench-quick:
 	scripts/with-broker.sh sh -c 'cd bench && go run ./harness -endpoint "$$RMQFLOW_ENDPOINT" -quick $(BENCHFLAGS)'

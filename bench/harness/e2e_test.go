@@ -69,3 +69,90 @@ func TestHarnessOnEmulator(t *testing.T) {
 		}
 	}
 }
+
+// TestHarnessResume: a run cut short is continued with -resume DIR: the runs
+// it recorded are kept as they are, the rest of the same plan (same seed,
+// same topic names) runs, and the report says it was resumed. A second
+// -resume of a finished run runs nothing again.
+func TestHarnessResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the peers: not in -short")
+	}
+	out := t.TempDir()
+	report := filepath.Join(out, "report.md")
+	args := []string{"-emulator", "-quick", "-peers", "rmqflow/loop,raw/raw",
+		"-window", "1s", "-window-messages", "2000", "-warmup", "200", "-out", out, "-report", report}
+	var stdout, stderr bytes.Buffer
+	if code := run1(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("harness exit %d\nstderr:\n%s", code, stderr.String())
+	}
+	path := filepath.Join(out, "results.jsonl")
+	full := readLines(t, path)
+	if len(full) != 4 {
+		t.Fatalf("%d runs recorded, want 4 (2 peers × lite, normal)", len(full))
+	}
+	// Cut short after two runs, the second one's line half written.
+	cut := full[0] + "\n" + full[1][:len(full[1])/2] + "\n"
+	if err := os.WriteFile(path, []byte(cut), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := run1([]string{"-resume", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("resume: exit %d\nstderr:\n%s", code, stderr.String())
+	}
+	after := readLines(t, path)
+	if len(after) != 2+3 || after[0] != full[0] {
+		t.Fatalf("after the resume results.jsonl has %d lines (first kept: %v), want the kept run, the cut line and 3 new runs", len(after), after[0] == full[0])
+	}
+	ids := map[string]bool{}
+	for _, l := range full {
+		ids[idOf(t, l)] = true
+	}
+	for _, l := range after[2:] {
+		if !ids[idOf(t, l)] {
+			t.Errorf("the resumed run used id %s, not one of the original plan's", idOf(t, l))
+		}
+	}
+	rep, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rep), "resumed (`-resume`)") || !strings.Contains(string(rep), "1 of its 4 runs were recorded before") {
+		t.Errorf("the report does not say the run was resumed with 1 run kept:\n%s", rep)
+	}
+	if !strings.Contains(string(rep), "-peers rmqflow/loop,raw/raw") {
+		t.Errorf("the report's command is not the original one")
+	}
+	stderr.Reset()
+	if code := run1([]string{"-resume", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("second resume: exit %d\nstderr:\n%s", code, stderr.String())
+	}
+	if n := len(readLines(t, path)); n != 5 {
+		t.Errorf("a resume of a finished run recorded %d more runs, want none", n-5)
+	}
+	for _, bad := range [][]string{{"-resume"}, {"-resume", out, "-quick"}, {"-resume", t.TempDir()}} {
+		if code := run1(bad, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2", bad, code)
+		}
+	}
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+func idOf(t *testing.T, line string) string {
+	t.Helper()
+	var v struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(line), &v); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	return v.ID
+}

@@ -32,6 +32,8 @@ import (
 )
 
 type config struct {
+	args         []string // the harness's arguments (a resumed run's own)
+	resume       *runFile // -resume: the run being continued
 	endpoint     string
 	emulator     bool
 	repo         string
@@ -85,6 +87,17 @@ func main() {
 }
 
 func run1(args []string, stdout, stderr io.Writer) int {
+	var rf runFile
+	resume, err := resumeArgs(args)
+	if err == nil && resume != "" {
+		if rf, err = readRunFile(resume); err == nil {
+			args = append(slices.Clone(rf.Args), "-out", resume, "-seed", strconv.FormatUint(rf.Seed, 10))
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "harness:", err)
+		return 2
+	}
 	cfg, err := parseConfig(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -95,6 +108,11 @@ func run1(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if resume != "" {
+		cfg.resume, cfg.args = &rf, rf.Args
+	} else {
+		cfg.args = args
+	}
 	b, err := newBench(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "harness:", err)
@@ -153,6 +171,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the run order (default: from the clock; printed)")
 	fs.DurationVar(&c.peerTimeout, "peer-timeout", 4*time.Minute, "give up on a peer run after this long")
 	fs.BoolVar(&c.json, "json", false, "print one JSON line per run (as in results.jsonl) instead of the summary tables")
+	fs.String("resume", "", "continue the interrupted run whose output `dir` this is, with its own flags and seed: steps whose runs are all recorded are kept, the rest run (alone: no other flag)")
 	fs.IntVar(&c.goBenchCount, "gobench-count", 5, "-count of the in-process Go benchmarks (emulator scenario)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -258,6 +277,13 @@ type bench struct {
 	results  *os.File
 	idleCPU  float64   // the broker's CPU seconds per second when idle
 	restarts []restart // the watchdog's proxy restarts
+
+	// A resumed run (resume.go): when the run first started, when it was
+	// resumed, and the runs recorded before.
+	firstStart time.Time
+	resumed    []time.Time
+	saved      map[string]saved
+	restored   int
 }
 
 func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
@@ -274,10 +300,33 @@ func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
 	if err := os.MkdirAll(filepath.Join(b.cfg.out, "logs"), 0o755); err != nil {
 		return nil, err
 	}
-	if b.results, err = os.Create(filepath.Join(b.cfg.out, "results.jsonl")); err != nil {
+	results := filepath.Join(b.cfg.out, "results.jsonl")
+	rf := runFile{Args: cfg.args, Seed: cfg.seed, Stamp: b.stamp, Started: b.started.UTC()}
+	if cfg.resume != nil {
+		// The same plan (seed) and the same topic names (stamp), with the
+		// runs already recorded kept.
+		rf = *cfg.resume
+		rf.Resumed = append(rf.Resumed, b.started.UTC())
+		b.stamp, b.firstStart = rf.Stamp, rf.Started
+		if b.saved, err = loadSaved(results); err != nil {
+			return nil, err
+		}
+		b.results, err = os.OpenFile(results, os.O_WRONLY|os.O_APPEND, 0)
+	} else {
+		b.firstStart = b.started.UTC()
+		b.results, err = os.Create(results)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.resumed = rf.Resumed
+	if err := writeRunFile(b.cfg.out, rf); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(logw, "harness: seed %d, output in %s\n", cfg.seed, b.cfg.out)
+	if cfg.resume != nil {
+		fmt.Fprintf(logw, "harness: resuming the run of %s (%d runs recorded)\n", rf.Started.Format(time.RFC3339), len(b.saved))
+	}
 	var programs []string
 	for _, p := range cfg.peers {
 		if !slices.Contains(programs, p.Program) {

@@ -36,6 +36,12 @@ func (b *bench) runAll(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if b.saved != nil && restore(s, b.saved) {
+			b.runs = append(b.runs, s.runs...)
+			done += len(s.runs)
+			b.restored += len(s.runs)
+			continue
+		}
 		if s.backlog != nil {
 			if err := b.drainStep(ctx, s, &done, total); err != nil {
 				return err
