@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -293,9 +294,16 @@ func (s *Session) fallBack(err error) bool {
 		return false
 	}
 	s.wireType = v2.ClientType_LITE_PUSH_CONSUMER
-	s.c.log.Info("rocketmq: proxy does not know LITE_SIMPLE_CONSUMER; announcing LITE_PUSH_CONSUMER", "group", s.cfg.Group)
+	// Routine on every 5.5.0 proxy (and rmqfake, which answers like it): said
+	// once per process, at debug.
+	if fallbackLogged.CompareAndSwap(false, true) {
+		s.c.log.Debug("rocketmq: proxy does not know LITE_SIMPLE_CONSUMER; announcing LITE_PUSH_CONSUMER (said once)", "group", s.cfg.Group)
+	}
 	return true
 }
+
+// fallbackLogged is set once the fallback to LITE_PUSH_CONSUMER was logged.
+var fallbackLogged atomic.Bool
 
 // WireType returns the client type this session announces to the broker: the
 // configured type, except that LiteSimpleConsumer becomes LITE_PUSH_CONSUMER on

@@ -3,7 +3,10 @@ package client
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,3 +328,68 @@ func TestLiteSessionSyncsAndTelemetryCommands(t *testing.T) {
 		t.Errorf("OffsetOption with two fields: %v, want a *ConfigError", err)
 	}
 }
+
+// TestFallbackLoggedOnceAtDebug: the fallback to LITE_PUSH_CONSUMER, routine
+// on a 5.5.0 proxy, is logged once per process and at debug, however many
+// sessions fall back (it was an INFO line on every session).
+func TestFallbackLoggedOnceAtDebug(t *testing.T) {
+	fallbackLogged.Store(false)
+	t.Cleanup(func() { fallbackLogged.Store(false) })
+	var mu sync.Mutex
+	levels := map[slog.Level]int{}
+	h := &recordHandler{on: func(r slog.Record) {
+		if strings.Contains(r.Message, "does not know LITE_SIMPLE_CONSUMER") {
+			mu.Lock()
+			levels[r.Level]++
+			mu.Unlock()
+		}
+	}}
+	refusing := func() *fakeServer {
+		tf := newTelemetryFake(consumerReply(v2.ClientType_LITE_PUSH_CONSUMER))
+		return &fakeServer{
+			telemetry: func(st v2.MessagingService_TelemetryServer) error {
+				cmd, err := st.Recv()
+				if err != nil {
+					return err
+				}
+				if cmd.GetSettings().GetClientType() == v2.ClientType_LITE_SIMPLE_CONSUMER {
+					return status.Error(codes.Internal, "java.lang.IllegalArgumentException: g is not consumer")
+				}
+				if err := st.Send(&v2.TelemetryCommand{Status: okStatus(), Command: &v2.TelemetryCommand_Settings{Settings: tf.reply}}); err != nil {
+					return err
+				}
+				<-st.Context().Done()
+				return nil
+			},
+			heartbeat: func(context.Context, *v2.HeartbeatRequest) (*v2.HeartbeatResponse, error) {
+				return &v2.HeartbeatResponse{Status: okStatus()}, nil
+			},
+			notify: func(context.Context, *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
+				return &v2.NotifyClientTerminationResponse{Status: okStatus()}, nil
+			},
+		}
+	}
+	for i := range 3 {
+		c := newTestClient(t, Config{Endpoints: startFake(t, refusing()), Logger: slog.New(h)})
+		s, err := c.OpenSession(t.Context(), SessionConfig{Type: LiteSimpleConsumer, Group: "g", Subscriptions: []Subscription{{Topic: "main"}}})
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		if s.WireType() != v2.ClientType_LITE_PUSH_CONSUMER {
+			t.Fatalf("session %d did not fall back", i)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if levels[slog.LevelDebug] != 1 || len(levels) != 1 {
+		t.Errorf("fallback log records by level: %v, want one at DEBUG for three sessions", levels)
+	}
+}
+
+// recordHandler hands every record, at any level, to on.
+type recordHandler struct{ on func(slog.Record) }
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool      { return true }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error { h.on(r); return nil }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler                 { return h }
