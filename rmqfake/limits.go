@@ -35,14 +35,29 @@ const MessageOverhead = 256
 // DefaultMaxStoredBytes; n <= 0 removes the limit.
 func MaxStoredBytes(n int64) Option { return func(c *config) { c.limits.storedBytes = n } }
 
+// DefaultMaxLiteTopics is the default of MaxLiteTopics.
+const DefaultMaxLiteTopics = 1_000_000
+
+// MaxLiteTopics bounds how many lite topics the server holds, over all LITE
+// main topics. A message that would create one more is refused as the broker
+// refuses a new LMQ past its quota (enableLmqQuota, maxLmqConsumeQueueNum):
+// LITE_TOPIC_QUOTA_EXCEEDED "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume
+// queue num exceeded.". A lite topic is held while it has messages stored or
+// in flight; once every group reading it has acked it to the end it is freed,
+// and subscribing to a lite topic creates none. The default is
+// DefaultMaxLiteTopics (the project's benchmarks run 1,000,000 lite topics);
+// n <= 0 removes the limit.
+func MaxLiteTopics(n int) Option { return func(c *config) { c.limits.liteTopics = n } }
+
 // limits are the bounds of one server (see the options above); a value of 0
 // or less means none.
 type limits struct {
 	storedBytes int64
+	liteTopics  int
 }
 
 func defaultLimits() limits {
-	return limits{storedBytes: DefaultMaxStoredBytes}
+	return limits{storedBytes: DefaultMaxStoredBytes, liteTopics: DefaultMaxLiteTopics}
 }
 
 // limiter enforces a server's limits; its state is guarded by b.mu.
@@ -76,9 +91,28 @@ func (b *broker) storedBytes() int64 {
 	return n
 }
 
+// liteTopics is how many lite topics the server holds. Call it with b.mu
+// held.
+func (b *broker) liteTopics() int {
+	n := 0
+	for _, t := range b.topics {
+		n += len(t.lite)
+	}
+	return n
+}
+
 // admit checks that msgs, about to be stored into t, fit the limits. Call
 // it with b.mu held, before anything of msgs is stored.
-func (b *broker) admit(msgs []*message) *failure {
+func (b *broker) admit(t *topic, msgs []*message) *failure {
+	if max, lite := b.lim.liteTopics, msgs[0].lite; max > 0 && len(msgs) == 1 && lite != "" && t.lite != nil && t.lite[lite] == nil {
+		// A new lite topic (a batch of lite messages is never dispatched
+		// to its lite topics, so it creates none). The broker's answer for
+		// PutMessageStatus.LMQ_CONSUME_QUEUE_NUM_EXCEEDED (code 2017, which
+		// the 5.5.0 proxy maps to LITE_TOPIC_QUOTA_EXCEEDED).
+		if b.liteTopics() >= max {
+			return fail(v2.Code_LITE_TOPIC_QUOTA_EXCEEDED, "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.")
+		}
+	}
 	if max := b.lim.storedBytes; max > 0 {
 		var in int64
 		for _, m := range msgs {

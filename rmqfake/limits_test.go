@@ -2,6 +2,7 @@ package rmqfake_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,66 @@ func TestMaxStoredBytes(t *testing.T) {
 	up := producer(t, u)
 	for i := 0; i < 5; i++ {
 		send(t, up, &client.Message{Topic: normalTopic, Body: body})
+	}
+}
+
+// TestMaxLiteTopics: a message that would create a lite topic past
+// MaxLiteTopics is refused with the broker's LMQ quota answer; lite topics
+// already there take messages, and an idle lite topic (all acked) is freed
+// and makes room. Subscribing to lite topics creates none (100,000 lite
+// topics subscribed to used to be kept, 148 MiB, for good).
+func TestMaxLiteTopics(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t, rmqfake.MaxLiteTopics(3))
+	p := producer(t, s)
+	for _, lt := range []string{"a", "b", "c", "a"} {
+		send(t, p, &client.Message{Topic: liteTopic, LiteTopic: lt, Body: []byte(lt)})
+	}
+	quota := func(what string, err error) {
+		t.Helper()
+		var se *client.StatusError
+		if !errors.As(err, &se) || se.Code != client.CodeLiteTopicQuotaExceeded || se.Message != "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded." {
+			t.Errorf("%s: %v, want LITE_TOPIC_QUOTA_EXCEEDED \"[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]lmq consume queue num exceeded.\"", what, err)
+		}
+	}
+	_, err := p.Send(ctxT(t), &client.Message{Topic: liteTopic, LiteTopic: "d", Body: []byte("d")})
+	quota("a fourth lite topic", err)
+	if lt := s.Stats().Topics[liteTopic].LiteTopics; len(lt) != 3 || lt["a"].Stored != 2 {
+		t.Fatalf("lite topics %v, want a (2 messages), b, c", lt)
+	}
+
+	// Subscriptions create no lite topics.
+	c := newClient(t, s, client.Config{})
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("sub-%d", i)
+	}
+	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup, LiteTopics: names}))
+	maxPolicy := client.OffsetMax
+	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup,
+		LiteTopics: []string{"sub-x"}, Offset: &client.OffsetOption{Policy: &maxPolicy}}))
+	if lt := s.Stats().Topics[liteTopic].LiteTopics; len(lt) != 3 {
+		t.Fatalf("after subscribing to 1001 lite topics: %d lite topics held, want 3", len(lt))
+	}
+	_, err = p.Send(ctxT(t), &client.Message{Topic: liteTopic, LiteTopic: "sub-1", Body: []byte("s")})
+	quota("a subscribed lite topic past the quota", err)
+
+	// Consuming a lite topic to the end frees it, and makes room.
+	lc := liteConsumer(t, s)
+	var got []*client.ReceivedMessage
+	for len(got) < 4 {
+		got = append(got, receiveNow(t, lc, liteReq(time.Minute))...)
+	}
+	ackAll(t, lc, liteGroup, liteTopic, got)
+	if lt := s.Stats().Topics[liteTopic].LiteTopics; len(lt) != 0 {
+		t.Fatalf("after acking everything: lite topics %v still held", lt)
+	}
+	for _, lt := range []string{"d", "e", "sub-1"} {
+		send(t, p, &client.Message{Topic: liteTopic, LiteTopic: lt, Body: []byte(lt)})
+	}
+	_, err = p.Send(ctxT(t), &client.Message{Topic: liteTopic, LiteTopic: "f", Body: []byte("f")})
+	quota("a fourth lite topic again", err)
+	if rmqfake.DefaultMaxLiteTopics != 1_000_000 {
+		t.Errorf("DefaultMaxLiteTopics %d", rmqfake.DefaultMaxLiteTopics)
 	}
 }

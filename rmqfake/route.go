@@ -121,10 +121,18 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 	case v2.LiteSubscriptionAction_PARTIAL_ADD:
 		for _, lt := range req.GetLiteTopicSet() {
 			sub.add(lt)
-			c := b.cursor(b.liteQueue(t, lt, true), g)
+			// A lite topic that does not exist yet is not created (the
+			// broker skips LMQs that are not active): it gets the exact
+			// subscriber's position when its first message comes.
+			lq := b.liteQueue(t, lt, false)
+			if lq == nil {
+				continue
+			}
+			c := b.cursor(lq, g)
 			if oo := req.GetOffsetOption(); oo != nil {
 				b.resetOffset(c, oo)
 			}
+			b.trimLite(lq) // what no group reads any more is freed
 		}
 	case v2.LiteSubscriptionAction_PARTIAL_REMOVE:
 		for _, lt := range req.GetLiteTopicSet() {

@@ -23,7 +23,7 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 	defer b.mu.Unlock()
 	t, f := b.sendTarget(k, msgs[0])
 	if f == nil {
-		f = b.admit(msgs)
+		f = b.admit(t, msgs)
 	}
 	if f != nil {
 		return &v2.SendMessageResponse{Status: f.status()}

@@ -40,6 +40,9 @@ func TestBrokerLimitFlags(t *testing.T) {
 	if f.maxStoredBytes != rmqfake.DefaultMaxStoredBytes {
 		t.Errorf("-max-stored-bytes default %d, want %d", f.maxStoredBytes, rmqfake.DefaultMaxStoredBytes)
 	}
+	if f.maxLiteTopics != rmqfake.DefaultMaxLiteTopics {
+		t.Errorf("-max-lite-topics default %d, want %d", f.maxLiteTopics, rmqfake.DefaultMaxLiteTopics)
+	}
 
 	s := brokerWith(t, "-max-stored-bytes", "2000")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -57,5 +60,18 @@ func TestBrokerLimitFlags(t *testing.T) {
 	var se *client.StatusError
 	if !errors.As(err, &se) || se.Code != client.CodeInternalServerError {
 		t.Errorf("past -max-stored-bytes: %v, want INTERNAL_SERVER_ERROR", err)
+	}
+
+	s = brokerWith(t, "-max-lite-topics", "1")
+	c, err = client.New(client.Config{Endpoints: s.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Send(ctx, &client.Message{Topic: "lite", LiteTopic: "a", Body: body}); err != nil {
+		t.Fatalf("first lite topic: %v", err)
+	}
+	if _, err = c.Send(ctx, &client.Message{Topic: "lite", LiteTopic: "b", Body: body}); !errors.Is(err, client.ErrLiteTopicQuotaExceeded) {
+		t.Errorf("past -max-lite-topics: %v, want LITE_TOPIC_QUOTA_EXCEEDED", err)
 	}
 }
