@@ -37,6 +37,8 @@ type broker struct {
 	// number per client id (renew.go).
 	renewed    map[string]*renewal
 	renewCount map[string]int
+	// halves holds the transactional messages not yet ended (txn.go).
+	halves map[txnKey]*halfMessage
 }
 
 // locked runs f with b.mu held and lets go of it on every path, a panic in f

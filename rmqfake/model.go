@@ -24,6 +24,9 @@ const (
 	// TopicLite is a LITE main topic: each message names a lite topic, an
 	// ordered queue of its own.
 	TopicLite
+	// TopicTransaction accepts transactional messages: each waits as a half
+	// message, invisible, until its producer commits it (txn.go).
+	TopicTransaction
 )
 
 func (t TopicType) String() string {
@@ -36,13 +39,15 @@ func (t TopicType) String() string {
 		return "delay"
 	case TopicLite:
 		return "lite"
+	case TopicTransaction:
+		return "transaction"
 	}
 	return "unknown"
 }
 
-// ParseTopicType reads "normal", "fifo", "delay" or "lite".
+// ParseTopicType reads "normal", "fifo", "delay", "lite" or "transaction".
 func ParseTopicType(s string) (TopicType, bool) {
-	for _, t := range []TopicType{TopicNormal, TopicFIFO, TopicDelay, TopicLite} {
+	for _, t := range []TopicType{TopicNormal, TopicFIFO, TopicDelay, TopicLite, TopicTransaction} {
 		if t.String() == s {
 			return t, true
 		}
@@ -58,6 +63,8 @@ func (t TopicType) proto() v2.MessageType {
 		return v2.MessageType_DELAY
 	case TopicLite:
 		return v2.MessageType_LITE
+	case TopicTransaction:
+		return v2.MessageType_TRANSACTION
 	}
 	return v2.MessageType_NORMAL
 }
@@ -342,6 +349,9 @@ type session struct {
 	typ      v2.ClientType
 	settings *v2.Settings
 	group    resKey // consumers
+	// push sends a command the server starts (a transaction check) on the
+	// client's Telemetry stream; nil until the stream answered settings.
+	push func(*v2.TelemetryCommand) error
 }
 
 // liteSub is the lite subscription of one client id.

@@ -43,6 +43,10 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 	t.sent += int64(len(msgs))
 	first := msgs[0]
 	switch {
+	case first.mtype == v2.MessageType_TRANSACTION:
+		for _, m := range msgs {
+			b.holdHalf(t, m)
+		}
 	case len(msgs) == 1 && first.lite != "":
 		lq := b.liteQueue(t, first.lite, true)
 		first.lite = lq.name // one string per lite topic
@@ -65,7 +69,7 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 		ids[i] = m.id
 	}
 	entry := &v2.SendResultEntry{Status: okStatus(), MessageId: strings.Join(ids, ","), Offset: first.offset}
-	if len(msgs) > 1 {
+	if len(msgs) > 1 || first.mtype == v2.MessageType_TRANSACTION {
 		entry.TransactionId = first.id
 	}
 	return &v2.SendMessageResponse{Status: okStatus(), Entries: []*v2.SendResultEntry{entry}}
@@ -134,6 +138,8 @@ func (b *broker) sendTarget(k resKey, m *message) (*topic, *failure) {
 // does: delay before FIFO before lite.
 func typeOf(m *message) TopicType {
 	switch {
+	case m.mtype == v2.MessageType_TRANSACTION:
+		return TopicTransaction
 	case !m.deliverAt().IsZero():
 		return TopicDelay
 	case m.msgGroup() != "":
@@ -216,9 +222,6 @@ func (b *broker) buildMessage(pm *v2.Message, peer string) (*message, *failure) 
 	}
 	if strings.TrimSpace(sp.GetMessageId()) == "" {
 		return nil, fail(v2.Code_ILLEGAL_MESSAGE_ID, "message id cannot be empty")
-	}
-	if sp.GetMessageType() == v2.MessageType_TRANSACTION {
-		return nil, fail(v2.Code_UNSUPPORTED, "rmqfake does not emulate transactional messages")
 	}
 	m := &message{
 		id:       sp.GetMessageId(),

@@ -103,6 +103,8 @@ func statusResponse(method string, st *v2.Status) proto.Message {
 		return &v2.SyncLiteSubscriptionResponse{Status: st}
 	case "QueryAssignment":
 		return &v2.QueryAssignmentResponse{Status: st}
+	case "EndTransaction":
+		return &v2.EndTransactionResponse{Status: st}
 	}
 	return nil
 }
@@ -209,8 +211,11 @@ func (x *service) QueryOffset(context.Context, *v2.QueryOffsetRequest) (*v2.Quer
 	return nil, unimplemented("QueryOffset", "only the Pop model (ReceiveMessage) is emulated")
 }
 
-func (x *service) EndTransaction(context.Context, *v2.EndTransactionRequest) (*v2.EndTransactionResponse, error) {
-	return nil, unimplemented("EndTransaction", "transactional messages are not emulated")
+func (x *service) EndTransaction(ctx context.Context, req *v2.EndTransactionRequest) (*v2.EndTransactionResponse, error) {
+	if f := x.s.b.endTransaction(req, metaOf(ctx).ns); f != nil {
+		return &v2.EndTransactionResponse{Status: f.status()}, nil
+	}
+	return &v2.EndTransactionResponse{Status: okStatus()}, nil
 }
 
 func (x *service) RecallMessage(context.Context, *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {

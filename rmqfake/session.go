@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -20,6 +21,12 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 	s := x.s
 	ctx := stream.Context()
 	m := metaOf(ctx)
+	var sendMu sync.Mutex // the handler and the server's own commands (txn.go) send
+	send := func(c *v2.TelemetryCommand) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(c)
+	}
 	for {
 		cmd, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -41,7 +48,7 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 			return err
 		}
 		if f := s.precheck(m); f != nil {
-			if err := stream.Send(&v2.TelemetryCommand{Status: f.status()}); err != nil {
+			if err := send(&v2.TelemetryCommand{Status: f.status()}); err != nil {
 				return err
 			}
 			continue
@@ -54,9 +61,14 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(&v2.TelemetryCommand{Status: okStatus(), Command: &v2.TelemetryCommand_Settings{Settings: resp}}); err != nil {
+		if err := send(&v2.TelemetryCommand{Status: okStatus(), Command: &v2.TelemetryCommand_Settings{Settings: resp}}); err != nil {
 			return err
 		}
+		s.b.locked(func() {
+			if sess := s.b.sessions[m.clientID]; sess != nil {
+				sess.push = send
+			}
+		})
 	}
 }
 

@@ -3,7 +3,7 @@
 // RocketMQ tools jars on the class path; scripts/rocketmq.sh does that.
 //
 // fixtures.txt, one per line ('#' starts a comment):
-//   topic <name> normal|lite|fifo [queues=N]
+//   topic <name> normal|lite|fifo|delay|transaction [queues=N]
 //   group <name> [retry=N] [bind=<lite main topic>] [wildcard] [fifo]
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -67,6 +67,8 @@ public class Fixtures {
                     case "normal": attrs.put("+message.type", "NORMAL"); break;
                     case "lite": attrs.put("+message.type", "LITE"); break;
                     case "fifo": attrs.put("+message.type", "FIFO"); break;
+                    case "delay": attrs.put("+message.type", "DELAY"); break;
+                    case "transaction": attrs.put("+message.type", "TRANSACTION"); break;
                     default: throw new IllegalArgumentException("unknown topic type " + type);
                 }
                 tc.setAttributes(attrs);
