@@ -140,6 +140,8 @@ func (s *Server) CreateGroup(name string, opts ...GroupOption) error {
 		b.configureGroup(g, c)
 		return nil
 	}
+	b.lim.admin = true // not limited by MaxAutoGroups
+	defer func() { b.lim.admin = false }()
 	b.newGroup(k, c)
 	return nil
 }

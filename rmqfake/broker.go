@@ -178,7 +178,12 @@ func (b *broker) newTopic(k resKey, typ TopicType, queues int) *topic {
 	return t
 }
 
+// newGroup makes group k, or returns nil when auto-create may make no more
+// (MaxAutoGroups; limits.go).
 func (b *broker) newGroup(k resKey, cfg groupConfig) *group {
+	if !b.admitGroup() {
+		return nil
+	}
 	g := &group{key: k, topics: map[*topic]*groupTopic{}}
 	b.groups[k] = g
 	b.configureGroup(g, cfg)

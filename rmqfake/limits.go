@@ -1,6 +1,8 @@
 package rmqfake
 
 import (
+	"fmt"
+
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 )
 
@@ -49,20 +51,60 @@ const DefaultMaxLiteTopics = 1_000_000
 // n <= 0 removes the limit.
 func MaxLiteTopics(n int) Option { return func(c *config) { c.limits.liteTopics = n } }
 
+// DefaultMaxAutoGroups is the default of MaxAutoGroups.
+const DefaultMaxAutoGroups = 10_000
+
+// MaxAutoGroups bounds how many groups AutoCreate makes (on a consumer's
+// first settings or receive). Past it an unknown group stays unknown: the
+// session fails as for any unknown group (gRPC InvalidArgument, "group not
+// found: <group> (auto-create stopped at <n> groups, the server's
+// MaxAutoGroups)") and a receive answers CONSUMER_GROUP_NOT_FOUND. Groups
+// made by CreateGroup and fixtures do not count. The default is
+// DefaultMaxAutoGroups; n <= 0 removes the limit.
+func MaxAutoGroups(n int) Option { return func(c *config) { c.limits.autoGroups = n } }
+
 // limits are the bounds of one server (see the options above); a value of 0
 // or less means none.
 type limits struct {
 	storedBytes int64
 	liteTopics  int
+	autoGroups  int
 }
 
 func defaultLimits() limits {
-	return limits{storedBytes: DefaultMaxStoredBytes, liteTopics: DefaultMaxLiteTopics}
+	return limits{storedBytes: DefaultMaxStoredBytes, liteTopics: DefaultMaxLiteTopics, autoGroups: DefaultMaxAutoGroups}
 }
 
 // limiter enforces a server's limits; its state is guarded by b.mu.
 type limiter struct {
 	limits
+	// admin is set while CreateGroup creates a group, which is not
+	// limited; autoMade counts the groups auto-create made.
+	admin    bool
+	autoMade int
+}
+
+// admitGroup reports whether newGroup may make a group: always for
+// CreateGroup, while fewer than MaxAutoGroups were made for auto-create.
+// Call it with b.mu held.
+func (b *broker) admitGroup() bool {
+	if b.lim.admin {
+		return true
+	}
+	if max := b.lim.autoGroups; max > 0 && b.lim.autoMade >= max {
+		return false
+	}
+	b.lim.autoMade++
+	return true
+}
+
+// autoGroupsFull explains a group auto-create did not make. Call it with
+// b.mu held.
+func (b *broker) autoGroupsFull() string {
+	if max := b.lim.autoGroups; b.auto && max > 0 && b.lim.autoMade >= max {
+		return fmt.Sprintf(" (auto-create stopped at %d groups, the server's MaxAutoGroups)", max)
+	}
+	return ""
 }
 
 // cost is what m counts against MaxStoredBytes. It depends only on fields

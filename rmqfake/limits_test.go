@@ -175,3 +175,39 @@ func TestMaxLiteTopics(t *testing.T) {
 		t.Errorf("DefaultMaxLiteTopics %d", rmqfake.DefaultMaxLiteTopics)
 	}
 }
+
+// TestMaxAutoGroups: auto-create makes at most MaxAutoGroups groups, on
+// first use by a session or by a receive; past it the group is not found,
+// with the limit named. CreateGroup is not limited. Auto-created groups
+// used to be unbounded.
+func TestMaxAutoGroups(t *testing.T) {
+	t.Parallel()
+	s := rmqfake.NewForTest(t, rmqfake.AutoCreate(), rmqfake.MaxAutoGroups(2))
+	must(t, s.CreateGroup("made"))
+	sub := func(g string) client.SessionConfig {
+		return client.SessionConfig{Type: client.SimpleConsumer, Group: g, Subscriptions: []client.Subscription{{Topic: "t-auto"}}}
+	}
+	c := session(t, s, sub("auto-1"))
+	session(t, s, sub("auto-2"))
+	late := newClient(t, s, client.Config{RequestTimeout: time.Second})
+	if _, err := late.OpenSession(ctxT(t), sub("auto-3")); err == nil || !strings.Contains(err.Error(), "MaxAutoGroups") {
+		t.Errorf("a session of a third auto-created group: %v, want group not found, naming MaxAutoGroups", err)
+	}
+	_, err := c.Receive(ctxT(t), client.ReceiveRequest{Group: "auto-4", Topic: "t-auto", InvisibleDuration: time.Minute, LongPollingTimeout: 5 * time.Second})
+	if codeOf(err) != client.CodeConsumerGroupNotFound {
+		t.Errorf("a receive naming a fourth group: %v, want CONSUMER_GROUP_NOT_FOUND", err)
+	}
+	must(t, s.CreateGroup("made-later"))
+	st := s.Stats()
+	for _, g := range []string{"made", "auto-1", "auto-2", "made-later"} {
+		if _, ok := st.Groups[g]; !ok {
+			t.Errorf("group %s missing", g)
+		}
+	}
+	if len(st.Groups) != 4 {
+		t.Errorf("%d groups, want 4", len(st.Groups))
+	}
+	if rmqfake.DefaultMaxAutoGroups != 10_000 {
+		t.Errorf("DefaultMaxAutoGroups %d", rmqfake.DefaultMaxAutoGroups)
+	}
+}

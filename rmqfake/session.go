@@ -160,7 +160,7 @@ func (b *broker) consumerGroup(gk resKey, typ v2.ClientType, first resKey, creat
 	}
 	switch {
 	case g == nil:
-		return nil, fail(v2.Code_ILLEGAL_CONSUMER_GROUP, "group not found: %s", gk.name)
+		return nil, fail(v2.Code_ILLEGAL_CONSUMER_GROUP, "group not found: %s%s", gk.name, b.autoGroupsFull())
 	case g.bind == "" && lite:
 		return nil, fail(v2.Code_ILLEGAL_CONSUMER_GROUP, "regular group cannot use LITE mode: %s", gk.name)
 	case g.bind != "" && !lite:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,9 @@ func TestBrokerLimitFlags(t *testing.T) {
 	if f.maxLiteTopics != rmqfake.DefaultMaxLiteTopics {
 		t.Errorf("-max-lite-topics default %d, want %d", f.maxLiteTopics, rmqfake.DefaultMaxLiteTopics)
 	}
+	if f.maxAutoGroups != rmqfake.DefaultMaxAutoGroups {
+		t.Errorf("-max-auto-groups default %d, want %d", f.maxAutoGroups, rmqfake.DefaultMaxAutoGroups)
+	}
 
 	s := brokerWith(t, "-max-stored-bytes", "2000")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -73,5 +77,22 @@ func TestBrokerLimitFlags(t *testing.T) {
 	}
 	if _, err = c.Send(ctx, &client.Message{Topic: "lite", LiteTopic: "b", Body: body}); !errors.Is(err, client.ErrLiteTopicQuotaExceeded) {
 		t.Errorf("past -max-lite-topics: %v, want LITE_TOPIC_QUOTA_EXCEEDED", err)
+	}
+
+	s = brokerWith(t, "-max-auto-groups", "1")
+	open := func(group string) error {
+		c, err := client.New(client.Config{Endpoints: s.Addr(), RequestTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		_, err = c.OpenSession(ctx, client.SessionConfig{Type: client.SimpleConsumer, Group: group, Subscriptions: []client.Subscription{{Topic: "t"}}})
+		return err
+	}
+	if err := open("g1"); err != nil {
+		t.Fatalf("first auto-created group: %v", err)
+	}
+	if err := open("g2"); err == nil || !strings.Contains(err.Error(), "MaxAutoGroups") {
+		t.Errorf("past -max-auto-groups: %v, want group not found", err)
 	}
 }
