@@ -10,6 +10,8 @@ import (
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -34,6 +36,9 @@ const (
 //   - A delivery timestamp outside protobuf's range (±MaxInt64 s, 1e15 s)
 //     is INTERNAL_SERVER_ERROR ("Timestamp is not valid"), not a time in the
 //     past delivered at once.
+//   - PullMessage, UpdateOffset, GetOffset and QueryOffset answer gRPC
+//     Unimplemented ("Method apache.rocketmq.v2.MessagingService/<name> is
+//     unimplemented"): the proxy does not serve them.
 func ForgedRequests(t *testing.T, e *Env) {
 	const s = "p"
 	run := rmqtest.Unique("p")
@@ -125,6 +130,27 @@ func ForgedRequests(t *testing.T, e *Env) {
 		t.Errorf("the normal message was not delivered after the batch_size 0 and -1 polls")
 	} else if err := AckOne(t, nc, rmqtest.NormalGroup(s), got[0]); err != nil {
 		t.Error(err)
+	}
+
+	// The pull and offset RPCs are not served to gRPC clients.
+	octx := nc.OutgoingContext(rmqtest.Context(t, 10*time.Second))
+	offsetRPCs := map[string]func() error{
+		"UpdateOffset": func() error { _, err := stub.UpdateOffset(octx, &v2.UpdateOffsetRequest{}); return err },
+		"GetOffset":    func() error { _, err := stub.GetOffset(octx, &v2.GetOffsetRequest{}); return err },
+		"QueryOffset":  func() error { _, err := stub.QueryOffset(octx, &v2.QueryOffsetRequest{}); return err },
+		"PullMessage": func() error {
+			st, err := stub.PullMessage(octx, &v2.PullMessageRequest{})
+			if err == nil {
+				_, err = st.Recv()
+			}
+			return err
+		},
+	}
+	for name, call := range offsetRPCs {
+		err := call()
+		if want := "Method apache.rocketmq.v2.MessagingService/" + name + " is unimplemented"; status.Code(err) != codes.Unimplemented || status.Convert(err).Message() != want {
+			t.Errorf("%s: %v, want gRPC Unimplemented %q", name, err, want)
+		}
 	}
 
 	for _, sec := range []int64{math.MaxInt64, math.MinInt64, 1e15} {

@@ -72,6 +72,9 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 	if len(msgs) > 1 || first.mtype == v2.MessageType_TRANSACTION {
 		entry.TransactionId = first.id
 	}
+	if len(msgs) == 1 && first.lite == "" && first.mtype != v2.MessageType_TRANSACTION && first.deliverAt().After(now) {
+		entry.RecallHandle = recallHandle(t, first)
+	}
 	return &v2.SendMessageResponse{Status: okStatus(), Entries: []*v2.SendResultEntry{entry}}
 }
 

@@ -105,6 +105,8 @@ func statusResponse(method string, st *v2.Status) proto.Message {
 		return &v2.QueryAssignmentResponse{Status: st}
 	case "EndTransaction":
 		return &v2.EndTransactionResponse{Status: st}
+	case "RecallMessage":
+		return &v2.RecallMessageResponse{Status: st}
 	}
 	return nil
 }
@@ -187,8 +189,11 @@ func (x *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.F
 	return &v2.ForwardMessageToDeadLetterQueueResponse{Status: okStatus()}, nil
 }
 
-func unimplemented(method, why string) error {
-	return status.Errorf(codes.Unimplemented, "rmqfake does not implement %s: %s", method, why)
+// unimplemented is what the 5.5.0 proxy answers for the RPCs it does not
+// serve (the pull and offset RPCs): gRPC's own Unimplemented, worded the same
+// (conformance scenario p).
+func unimplemented(method string) error {
+	return status.Errorf(codes.Unimplemented, "Method apache.rocketmq.v2.MessagingService/%s is unimplemented", method)
 }
 
 func (x *service) QueryAssignment(ctx context.Context, req *v2.QueryAssignmentRequest) (*v2.QueryAssignmentResponse, error) {
@@ -196,19 +201,19 @@ func (x *service) QueryAssignment(ctx context.Context, req *v2.QueryAssignmentRe
 }
 
 func (x *service) PullMessage(*v2.PullMessageRequest, grpc.ServerStreamingServer[v2.PullMessageResponse]) error {
-	return unimplemented("PullMessage", "only the Pop model (ReceiveMessage) is emulated")
+	return unimplemented("PullMessage")
 }
 
 func (x *service) UpdateOffset(context.Context, *v2.UpdateOffsetRequest) (*v2.UpdateOffsetResponse, error) {
-	return nil, unimplemented("UpdateOffset", "only the Pop model (ReceiveMessage) is emulated")
+	return nil, unimplemented("UpdateOffset")
 }
 
 func (x *service) GetOffset(context.Context, *v2.GetOffsetRequest) (*v2.GetOffsetResponse, error) {
-	return nil, unimplemented("GetOffset", "only the Pop model (ReceiveMessage) is emulated")
+	return nil, unimplemented("GetOffset")
 }
 
 func (x *service) QueryOffset(context.Context, *v2.QueryOffsetRequest) (*v2.QueryOffsetResponse, error) {
-	return nil, unimplemented("QueryOffset", "only the Pop model (ReceiveMessage) is emulated")
+	return nil, unimplemented("QueryOffset")
 }
 
 func (x *service) EndTransaction(ctx context.Context, req *v2.EndTransactionRequest) (*v2.EndTransactionResponse, error) {
@@ -218,8 +223,12 @@ func (x *service) EndTransaction(ctx context.Context, req *v2.EndTransactionRequ
 	return &v2.EndTransactionResponse{Status: okStatus()}, nil
 }
 
-func (x *service) RecallMessage(context.Context, *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {
-	return nil, unimplemented("RecallMessage", "recalling delayed messages is not emulated")
+func (x *service) RecallMessage(ctx context.Context, req *v2.RecallMessageRequest) (*v2.RecallMessageResponse, error) {
+	id, f := x.s.b.recall(req, metaOf(ctx).ns)
+	if f != nil {
+		return &v2.RecallMessageResponse{Status: f.status()}, nil
+	}
+	return &v2.RecallMessageResponse{Status: okStatus(), MessageId: id}, nil
 }
 
 // errf is a gRPC error whose message carries the proxy's prefix for
