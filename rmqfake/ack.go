@@ -242,12 +242,10 @@ func (b *broker) forward(gk, tk resKey, lite string, h handle) *failure {
 	if lite != "" {
 		c := b.liteCursorOf(tk, lite, g)
 		var m *message
-		if c != nil && c.ord.batch != nil {
-			for _, bm := range c.ord.batch.msgs {
-				if bm.seq == h.seq {
-					m = bm
-				}
-			}
+		// The handle's offset names the message, as for the ack that follows
+		// (its sequence number is not checked: the proxy does not read one).
+		if c != nil && c.ord.batch != nil && c.ord.batch.contains(h.offset) && c.ord.batch.popTime == h.popTime {
+			m = c.ord.batch.msgs[h.offset-c.ord.batch.start]
 		}
 		if m == nil {
 			return fail(v2.Code_MESSAGE_NOT_FOUND, "rmqfake: the message of this handle is not in flight")

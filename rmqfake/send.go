@@ -47,7 +47,9 @@ func (b *broker) send(req *v2.SendMessageRequest, ns, peer string) *v2.SendMessa
 		for _, m := range msgs {
 			b.holdHalf(t, m)
 		}
-	case len(msgs) == 1 && first.lite != "":
+	case len(msgs) == 1 && first.lite != "" && t.typ == TopicLite:
+		// (A lite topic named on a FIFO or delay message is carried, not
+		// dispatched: the message is typed FIFO or DELAY first.)
 		lq := b.liteQueue(t, first.lite, true)
 		first.lite = lq.name // one string per lite topic
 		first.lmq = true     // rendered with INNER_MULTI_DISPATCH (dispatchProps)
