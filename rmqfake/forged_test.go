@@ -191,3 +191,34 @@ func TestDeliveryTimestampExtremes(t *testing.T) {
 		t.Fatalf("refused messages stored: %+v", st)
 	}
 }
+
+// TestBlankAsJavaSeesIt: the proxy's blank checks (StringUtils.isBlank) do
+// not count the non-breaking spaces U+00A0, U+2007 and U+202F as whitespace,
+// where strings.TrimSpace does: a tag, key or message group made of them is
+// stored; one of U+3000 (an ideographic space) is refused. Found by FuzzNames
+// against the real broker.
+func TestBlankAsJavaSeesIt(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	must(t, s.CreateTopic("t-fifo", rmqfake.TopicFIFO))
+	p := producer(t, s)
+	for _, tc := range []struct {
+		name string
+		m    *client.Message
+		ok   bool
+	}{
+		{"tag U+00A0", &client.Message{Topic: normalTopic, Tag: "\u00a0", Body: []byte("x")}, true},
+		{"key U+2007", &client.Message{Topic: normalTopic, Keys: []string{"\u2007"}, Body: []byte("x")}, true},
+		{"group U+202F", &client.Message{Topic: "t-fifo", MessageGroup: "\u202f", Body: []byte("x")}, true},
+		{"tag U+3000", &client.Message{Topic: normalTopic, Tag: "\u3000", Body: []byte("x")}, false},
+		{"group U+3000", &client.Message{Topic: "t-fifo", MessageGroup: "\u3000", Body: []byte("x")}, false},
+	} {
+		res, err := p.Send(ctxT(t), tc.m)
+		if err == nil && len(res) == 1 {
+			err = res[0].Err
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}

@@ -2,7 +2,7 @@ package rmqfake
 
 import (
 	"fmt"
-	"strings"
+	"unicode"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 )
@@ -89,10 +89,34 @@ func validChars(s string) bool {
 	return true
 }
 
+// blank reports whether s is empty or only whitespace as Java's
+// StringUtils.isBlank sees it (Character.isWhitespace): Unicode space,
+// line and paragraph separators except the non-breaking ones (U+00A0,
+// U+2007, U+202F), and \t \n \v \f \r and U+001C..U+001F; not U+0085.
+// strings.TrimSpace differs on exactly those, and the proxy decides.
+func blank(s string) bool {
+	for _, r := range s {
+		if !javaWhitespace(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func javaWhitespace(r rune) bool {
+	switch r {
+	case '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f:
+		return true
+	case 0xa0, 0x2007, 0x202f:
+		return false
+	}
+	return unicode.In(r, unicode.Zs, unicode.Zl, unicode.Zp)
+}
+
 // checkTopic mirrors Validators.checkTopic of the Java client the proxy uses.
 func checkTopic(name string) *failure {
 	switch {
-	case strings.TrimSpace(name) == "":
+	case blank(name):
 		return fail(v2.Code_ILLEGAL_TOPIC, "The specified topic is blank")
 	case len(name) > topicMaxLen:
 		return fail(v2.Code_ILLEGAL_TOPIC, "The specified topic is longer than topic max length %d.", topicMaxLen)
@@ -105,7 +129,7 @@ func checkTopic(name string) *failure {
 // checkGroup mirrors Validators.checkGroup.
 func checkGroup(name string) *failure {
 	switch {
-	case strings.TrimSpace(name) == "":
+	case blank(name):
 		return fail(v2.Code_ILLEGAL_CONSUMER_GROUP, "the specified group is blank")
 	case len(name) > groupMaxLen:
 		return fail(v2.Code_ILLEGAL_CONSUMER_GROUP, "the specified group[%s] is longer than group max length: %d.", name, groupMaxLen)
@@ -118,7 +142,7 @@ func checkGroup(name string) *failure {
 // checkLiteTopic mirrors GrpcValidator.validateLiteTopic: [A-Za-z0-9_-], at
 // most 64 bytes.
 func checkLiteTopic(name string) *failure {
-	if strings.TrimSpace(name) == "" {
+	if blank(name) {
 		return fail(v2.Code_ILLEGAL_LITE_TOPIC, "lite topic cannot be the char sequence of whitespace")
 	}
 	if len(name) > liteTopicMaxLen {

@@ -207,7 +207,7 @@ func (b *broker) buildMessage(pm *v2.Message, peer string) (*message, *failure) 
 	tag := sp.GetTag()
 	if tag != "" {
 		switch {
-		case strings.TrimSpace(tag) == "":
+		case blank(tag):
 			return nil, fail(v2.Code_ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of whitespace")
 		case strings.Contains(tag, "|"):
 			return nil, fail(v2.Code_ILLEGAL_MESSAGE_TAG, "tag cannot contain '|'")
@@ -217,7 +217,7 @@ func (b *broker) buildMessage(pm *v2.Message, peer string) (*message, *failure) 
 	}
 	size += len(tag)
 	for _, k := range sp.GetKeys() {
-		if k != "" && (strings.TrimSpace(k) == "" || hasControl(k)) {
+		if k != "" && (blank(k) || hasControl(k)) {
 			return nil, fail(v2.Code_ILLEGAL_MESSAGE_KEY, "key cannot be the char sequence of whitespace or contain control character")
 		}
 		size += len(k)
@@ -225,7 +225,7 @@ func (b *broker) buildMessage(pm *v2.Message, peer string) (*message, *failure) 
 	if size > maxUserPropSize {
 		return nil, fail(v2.Code_MESSAGE_PROPERTIES_TOO_LARGE, "the total size of user property is too large, max is %d", maxUserPropSize)
 	}
-	if strings.TrimSpace(sp.GetMessageId()) == "" {
+	if blank(sp.GetMessageId()) {
 		return nil, fail(v2.Code_ILLEGAL_MESSAGE_ID, "message id cannot be empty")
 	}
 	m := &message{
@@ -266,7 +266,7 @@ func (b *broker) buildMessage(pm *v2.Message, peer string) (*message, *failure) 
 	}
 	if g := sp.GetMessageGroup(); g != "" {
 		switch {
-		case strings.TrimSpace(g) == "":
+		case blank(g):
 			return nil, fail(v2.Code_ILLEGAL_MESSAGE_GROUP, "message group cannot be the char sequence of whitespace")
 		case len(g) >= maxMessageGroupLen:
 			return nil, fail(v2.Code_ILLEGAL_MESSAGE_GROUP, "message group exceed the max size %d", maxMessageGroupLen)

@@ -1,8 +1,6 @@
 package rmqfake
 
 import (
-	"strings"
-
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 )
 
@@ -111,7 +109,7 @@ func (b *broker) endTransaction(req *v2.EndTransactionRequest, ns string) *failu
 	if f := checkTopic(req.GetTopic().GetName()); f != nil {
 		return f
 	}
-	if strings.TrimSpace(req.GetTransactionId()) == "" {
+	if blank(req.GetTransactionId()) {
 		return fail(v2.Code_INVALID_TRANSACTION_ID, "transaction id cannot be empty")
 	}
 	k := txnKey{topic: key(req.GetTopic(), ns), id: req.GetTransactionId()}
