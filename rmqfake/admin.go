@@ -126,9 +126,9 @@ func (s *Server) CreateGroup(name string, opts ...GroupOption) error {
 	if c.wildcard && c.bind == "" {
 		return fmt.Errorf("rmqfake: CreateGroup %q: Wildcard needs LiteBind", name)
 	}
-	if c.bind != "" && c.fifo {
-		return fmt.Errorf("rmqfake: CreateGroup %q: a lite group cannot be FIFO (lite topics are always ordered)", name)
-	}
+	// A lite group may be FIFO (consumeMessageOrderly), as on the broker:
+	// its lite topics are ordered either way; the flag reaches the clients in
+	// the settings (the official Java LitePushConsumer wants it).
 	k := resKey{ns: c.ns, name: name}
 	b := s.b
 	b.mu.Lock()
