@@ -2,6 +2,7 @@ package rmqfake
 
 import (
 	"fmt"
+	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 )
@@ -63,16 +64,37 @@ const DefaultMaxAutoGroups = 10_000
 // DefaultMaxAutoGroups; n <= 0 removes the limit.
 func MaxAutoGroups(n int) Option { return func(c *config) { c.limits.autoGroups = n } }
 
+// DefaultSessionExpiry is the default of SessionExpiry: the 5.5.0 proxy's
+// channelExpiredTimeout.
+const DefaultSessionExpiry = 120 * time.Second
+
+// SessionExpiry is how long the server keeps the settings (and a lite
+// consumer's lite subscription) of a client whose Telemetry stream has
+// ended, counted on the server's Clock from its last settings, heartbeat or
+// lite subscription sync, or the end of its stream, whichever came last.
+// The proxy drops a client whose channel saw no heartbeat for 120 s
+// (channelExpiredTimeout, scanned every 10 s) and then its settings; a
+// client that left without NotifyClientTermination used to be kept for good.
+// A client whose stream is still open never expires (a live client
+// heartbeats every 10 s, and a test's ManualClock may jump hours past its
+// heartbeats). After expiry the client's RPCs find no settings, as on the
+// proxy (Heartbeat: UNRECOGNIZED_CLIENT_TYPE; ReceiveMessage:
+// INTERNAL_SERVER_ERROR), until it sends its settings again. The default is
+// DefaultSessionExpiry; d <= 0 keeps sessions for good.
+func SessionExpiry(d time.Duration) Option { return func(c *config) { c.limits.sessionExpiry = d } }
+
 // limits are the bounds of one server (see the options above); a value of 0
 // or less means none.
 type limits struct {
-	storedBytes int64
-	liteTopics  int
-	autoGroups  int
+	storedBytes   int64
+	liteTopics    int
+	autoGroups    int
+	sessionExpiry time.Duration
 }
 
 func defaultLimits() limits {
-	return limits{storedBytes: DefaultMaxStoredBytes, liteTopics: DefaultMaxLiteTopics, autoGroups: DefaultMaxAutoGroups}
+	return limits{storedBytes: DefaultMaxStoredBytes, liteTopics: DefaultMaxLiteTopics, autoGroups: DefaultMaxAutoGroups,
+		sessionExpiry: DefaultSessionExpiry}
 }
 
 // limiter enforces a server's limits; its state is guarded by b.mu.
@@ -82,6 +104,11 @@ type limiter struct {
 	// limited; autoMade counts the groups auto-create made.
 	admin    bool
 	autoMade int
+	// streams counts the open Telemetry streams per client id; sweep is
+	// the pending expiry sweep, due at sweepAt (ms).
+	streams map[string]int
+	sweep   *btimer
+	sweepAt int64
 }
 
 // admitGroup reports whether newGroup may make a group: always for
@@ -172,4 +199,124 @@ func (b *broker) admit(t *topic, msgs []*message) *failure {
 		}
 	}
 	return nil
+}
+
+// streamOpened records a Telemetry stream of client id. Call it with b.mu
+// held.
+func (b *broker) streamOpened(id string) {
+	if b.lim.streams == nil {
+		b.lim.streams = map[string]int{}
+	}
+	b.lim.streams[id]++
+	b.notify()
+}
+
+// streamClosed records the end of a Telemetry stream of client id: once its
+// last stream is gone, its session and lite subscription start to expire.
+// Call it with b.mu held.
+func (b *broker) streamClosed(id string) {
+	if b.lim.streams[id]--; b.lim.streams[id] <= 0 {
+		delete(b.lim.streams, id)
+		if sess := b.sessions[id]; sess != nil {
+			b.touch(sess)
+		}
+		if sub := b.liteSubs[id]; sub != nil {
+			b.touchLite(id, sub)
+		}
+	}
+	b.notify()
+}
+
+// touch records that the client of sess was heard from now. Call it with
+// b.mu held.
+func (b *broker) touch(sess *session) {
+	sess.seen = b.nowMS()
+	if b.lim.streams[sess.clientID] == 0 {
+		b.armSweep(sess.seen)
+	}
+}
+
+// touchLite records that client id synced its lite subscription sub now.
+// Call it with b.mu held.
+func (b *broker) touchLite(id string, sub *liteSub) {
+	sub.seen = b.nowMS()
+	if b.lim.streams[id] == 0 {
+		b.armSweep(sub.seen)
+	}
+}
+
+// armSweep makes sure an expiry sweep runs for what was last heard from at
+// seen (ms): at seen + SessionExpiry, rounded up to the second so that many
+// clients leaving together cost one sweep. Call it with b.mu held.
+func (b *broker) armSweep(seen int64) {
+	d := b.lim.sessionExpiry.Milliseconds()
+	if d <= 0 || b.closed {
+		return
+	}
+	at := (seen + d + 999) / 1000 * 1000
+	if b.lim.sweep != nil && !b.lim.sweep.dead {
+		if b.lim.sweepAt <= at {
+			return
+		}
+		b.stop(b.lim.sweep)
+	}
+	b.lim.sweepAt = at
+	b.lim.sweep = b.after(at, b.sweepSessions)
+}
+
+// sweepSessions expires the sessions and lite subscriptions of clients
+// without an open Telemetry stream that were last heard from SessionExpiry
+// ago or more, and arms the next sweep. Call it with b.mu held.
+func (b *broker) sweepSessions() {
+	b.lim.sweep = nil
+	d := b.lim.sessionExpiry.Milliseconds()
+	now := b.nowMS()
+	next := int64(-1)
+	due := func(seen int64) bool {
+		if seen+d <= now {
+			return true
+		}
+		if next < 0 || seen < next {
+			next = seen
+		}
+		return false
+	}
+	for id, sess := range b.sessions {
+		if b.lim.streams[id] == 0 && due(sess.seen) {
+			b.expire(id)
+		}
+	}
+	for id, sub := range b.liteSubs {
+		if b.lim.streams[id] == 0 && b.sessions[id] == nil && due(sub.seen) {
+			b.dropLiteSub(id)
+		}
+	}
+	if next >= 0 {
+		b.armSweep(next)
+	}
+}
+
+// expire forgets client id as the proxy does when its channel expires: its
+// settings, a lite consumer's lite subscription and the messages the
+// server renews for it. Call it with b.mu held.
+func (b *broker) expire(id string) {
+	b.offlineLite(id)
+	b.clearRenewals(id)
+	delete(b.sessions, id)
+	b.notify()
+}
+
+// liteSubscriptions counts (client, lite topic) subscriptions, a wildcard
+// subscription as one, as the broker counts them for maxLiteSubscriptionCount.
+// Call it with b.mu held.
+func (b *broker) liteSubscriptions() int {
+	n := 0
+	for _, sub := range b.liteSubs {
+		if sub.wildcard {
+			n++
+		} else {
+			n += len(sub.set)
+		}
+	}
+	return n
 }

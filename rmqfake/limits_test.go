@@ -1,12 +1,14 @@
 package rmqfake_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
@@ -209,5 +211,90 @@ func TestMaxAutoGroups(t *testing.T) {
 	}
 	if rmqfake.DefaultMaxAutoGroups != 10_000 {
 		t.Errorf("DefaultMaxAutoGroups %d", rmqfake.DefaultMaxAutoGroups)
+	}
+}
+
+// TestSessionExpiry: the settings of a client whose Telemetry stream ended
+// without NotifyClientTermination expire SessionExpiry (120 s) after its
+// last settings or heartbeat on the server's clock, as the proxy drops a
+// client whose channel saw no heartbeat for 120 s; a heartbeat keeps them;
+// a client with an open stream keeps them. They used to stay for good.
+func TestSessionExpiry(t *testing.T) {
+	t.Parallel()
+	s, clk := start(t)
+	live := normalConsumer(t, s)
+	c := newClient(t, s, client.Config{})
+	sctx, cancel := context.WithCancel(c.OutgoingContext(ctxT(t)))
+	defer cancel()
+	if _, err := telemetry(t, c, sctx, consumerSettings(v2.ClientType_SIMPLE_CONSUMER, normalGroup, normalTopic)); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Sessions != 2 || st.Streams != 2 {
+		t.Fatalf("%d sessions, %d streams; want 2 and 2", st.Sessions, st.Streams)
+	}
+	cancel() // the client goes away without a word
+	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 1 }))
+	if n := s.Stats().Sessions; n != 2 {
+		t.Fatalf("right after the stream ended: %d sessions, want 2 (the proxy keeps them until they expire)", n)
+	}
+	clk.Advance(100 * time.Second)
+	stub := v2.NewMessagingServiceClient(c.Conn())
+	hctx := c.OutgoingContext(ctxT(t))
+	hb, err := stub.Heartbeat(hctx, &v2.HeartbeatRequest{ClientType: v2.ClientType_SIMPLE_CONSUMER, Group: &v2.Resource{Name: normalGroup}})
+	if err != nil || hb.GetStatus().GetCode() != v2.Code_OK {
+		t.Fatalf("heartbeat at 100 s: %v %v", hb.GetStatus(), err)
+	}
+	clk.Advance(119 * time.Second)
+	if n := s.Stats().Sessions; n != 2 {
+		t.Fatalf("119 s after a heartbeat: %d sessions, want 2", n)
+	}
+	clk.Advance(time.Second)
+	if n := s.Stats().Sessions; n != 1 {
+		t.Fatalf("120 s after the last heartbeat: %d sessions, want 1", n)
+	}
+	hb, err = stub.Heartbeat(hctx, &v2.HeartbeatRequest{ClientType: v2.ClientType_SIMPLE_CONSUMER, Group: &v2.Resource{Name: normalGroup}})
+	if err != nil || hb.GetStatus().GetCode() != v2.Code_UNRECOGNIZED_CLIENT_TYPE {
+		t.Errorf("heartbeat after expiry: %v %v, want UNRECOGNIZED_CLIENT_TYPE", hb.GetStatus(), err)
+	}
+
+	// The client with an open stream keeps its session however far the
+	// clock moves, and still receives.
+	clk.Advance(time.Hour)
+	if st := s.Stats(); st.Sessions != 1 || st.Timers != 0 {
+		t.Fatalf("an hour later: %d sessions, %d timers; want 1 and 0", st.Sessions, st.Timers)
+	}
+	send(t, producer(t, s), &client.Message{Topic: normalTopic, Body: []byte("x")})
+	receiveNow(t, live, normalReq(time.Minute))
+	if rmqfake.DefaultSessionExpiry != 120*time.Second {
+		t.Errorf("DefaultSessionExpiry %v", rmqfake.DefaultSessionExpiry)
+	}
+}
+
+// An expired lite consumer loses its lite subscription, as when it leaves.
+func TestSessionExpiryDropsLiteSubscription(t *testing.T) {
+	t.Parallel()
+	s, clk := start(t, rmqfake.SessionExpiry(time.Minute))
+	c := newClient(t, s, client.Config{})
+	stream, err := v2.NewMessagingServiceClient(c.Conn()).Telemetry(c.OutgoingContext(ctxT(t)))
+	must(t, err)
+	must(t, stream.Send(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: consumerSettings(v2.ClientType_LITE_PUSH_CONSUMER, exactGroup, liteTopic)}}))
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup, LiteTopics: []string{"x"}}))
+	if n := s.Stats().LiteSubscriptions; n != 1 {
+		t.Fatalf("%d lite subscriptions, want 1", n)
+	}
+	// The stream ends without NotifyClientTermination (and without the
+	// cancellation on which the proxy drops a lite subscription at once).
+	must(t, stream.CloseSend())
+	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 0 }))
+	clk.Advance(59 * time.Second)
+	if st := s.Stats(); st.Sessions != 1 || st.LiteSubscriptions != 1 {
+		t.Fatalf("before expiry: %d sessions, %d lite subscriptions; want 1 and 1", st.Sessions, st.LiteSubscriptions)
+	}
+	clk.Advance(time.Second)
+	if st := s.Stats(); st.Sessions != 0 || st.LiteSubscriptions != 0 {
+		t.Errorf("after expiry: %d sessions, %d lite subscriptions; want 0 and 0", st.Sessions, st.LiteSubscriptions)
 	}
 }

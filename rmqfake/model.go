@@ -352,6 +352,9 @@ type session struct {
 	// push sends a command the server starts (a transaction check) on the
 	// client's Telemetry stream; nil until the stream answered settings.
 	push func(*v2.TelemetryCommand) error
+	// seen is when the client was last heard from (ms: settings,
+	// heartbeat, the end of its stream), for SessionExpiry.
+	seen int64
 }
 
 // liteSub is the lite subscription of one client id.
@@ -362,6 +365,7 @@ type liteSub struct {
 	names    []string // exact lite topics, in subscription order
 	set      map[string]struct{}
 	rr       int
+	seen     int64 // last sync (ms), for SessionExpiry
 }
 
 // waiter is a long poll parked on a topic.

@@ -117,6 +117,9 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 		sub = &liteSub{group: g, main: t, set: map[string]struct{}{}}
 		b.setLiteSub(m.clientID, sub)
 	}
+	if sub != nil {
+		b.touchLite(m.clientID, sub)
+	}
 	switch action {
 	case v2.LiteSubscriptionAction_PARTIAL_ADD:
 		for _, lt := range req.GetLiteTopicSet() {

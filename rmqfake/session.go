@@ -21,6 +21,8 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 	s := x.s
 	ctx := stream.Context()
 	m := metaOf(ctx)
+	s.b.locked(func() { s.b.streamOpened(m.clientID) })
+	defer s.b.locked(func() { s.b.streamClosed(m.clientID) })
 	var sendMu sync.Mutex // the handler and the server's own commands (txn.go) send
 	send := func(c *v2.TelemetryCommand) error {
 		sendMu.Lock()
@@ -132,6 +134,7 @@ func (b *broker) settings(m callMeta, st *v2.Settings) (*v2.Settings, error) {
 		return nil, status.Error(codes.InvalidArgument, "there is no publishing or subscription data in settings")
 	}
 	sess.settings = proto.Clone(st).(*v2.Settings)
+	sess.seen = b.nowMS()
 	b.sessions[m.clientID] = sess
 	b.notify()
 	return b.answer(sess), nil
@@ -249,6 +252,7 @@ func (x *service) Heartbeat(ctx context.Context, req *v2.HeartbeatRequest) (*v2.
 	default:
 		return &v2.HeartbeatResponse{Status: fail(v2.Code_UNRECOGNIZED_CLIENT_TYPE, "%s", sess.typ).status()}, nil
 	}
+	b.touch(sess)
 	return &v2.HeartbeatResponse{Status: okStatus()}, nil
 }
 

@@ -75,6 +75,11 @@ type Stats struct {
 	Timers int
 	// StoredBytes is what the stored messages count against MaxStoredBytes.
 	StoredBytes int64
+	// Streams is how many Telemetry streams are open.
+	Streams int
+	// LiteSubscriptions counts the lite subscriptions of all clients, one
+	// per (client, lite topic), a wildcard subscription as one.
+	LiteSubscriptions int
 }
 
 // Stats returns a snapshot of topics, groups and counts.
@@ -83,7 +88,11 @@ func (s *Server) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.nowMS()
-	st := Stats{Topics: map[string]TopicStats{}, Groups: map[string]GroupStats{}, Sessions: len(b.sessions), Pollers: b.pollers, Timers: len(b.timers), StoredBytes: b.storedBytes()}
+	st := Stats{Topics: map[string]TopicStats{}, Groups: map[string]GroupStats{}, Sessions: len(b.sessions), Pollers: b.pollers, Timers: len(b.timers), StoredBytes: b.storedBytes(),
+		LiteSubscriptions: b.liteSubscriptions()}
+	for _, n := range b.lim.streams {
+		st.Streams += n
+	}
 	groupStats := func(g *group) GroupStats {
 		gs, ok := st.Groups[g.key.String()]
 		if !ok {

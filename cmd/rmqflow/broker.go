@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 
 	"github.com/rmqflow/rmqflow/rmqfake"
@@ -82,6 +83,7 @@ type brokerFlags struct {
 	maxStoredBytes int64
 	maxLiteTopics  int
 	maxAutoGroups  int
+	sessionExpiry  time.Duration
 }
 
 type specList []string
@@ -107,6 +109,7 @@ func brokerFlagSet(out io.Writer) (*flag.FlagSet, *brokerFlags) {
 	fs.Int64Var(&f.maxStoredBytes, "max-stored-bytes", rmqfake.DefaultMaxStoredBytes, "refuse sends past this many stored `bytes` (bodies, ids, properties and 256 per message), as a broker with a full disk does; 0: no limit")
 	fs.IntVar(&f.maxLiteTopics, "max-lite-topics", rmqfake.DefaultMaxLiteTopics, "refuse a message that would create one lite topic more than `N` (LITE_TOPIC_QUOTA_EXCEEDED); idle lite topics are freed; 0: no limit")
 	fs.IntVar(&f.maxAutoGroups, "max-auto-groups", rmqfake.DefaultMaxAutoGroups, "with -auto-create, make at most `N` groups (past it a new group is not found); 0: no limit")
+	fs.DurationVar(&f.sessionExpiry, "session-expiry", rmqfake.DefaultSessionExpiry, "forget a client whose Telemetry stream ended this `long` after it was last heard from (the proxy's channel expiry); 0: never")
 	fs.BoolVar(&f.json, "json", false, "the listening and stopped lines as JSON")
 	fs.BoolVar(&f.verbose, "v", false, "log the server's errors to stderr")
 	fs.Usage = func() { fmt.Fprintln(out, `Run "rmqflow help broker" for the flags and examples.`) }
@@ -133,7 +136,8 @@ func (f *brokerFlags) options() ([]rmqfake.Option, error) {
 	}
 	var opts []rmqfake.Option
 	opts = append(opts, rmqfake.Addr(f.listen), rmqfake.MaxStoredBytes(f.maxStoredBytes),
-		rmqfake.MaxLiteTopics(f.maxLiteTopics), rmqfake.MaxAutoGroups(f.maxAutoGroups))
+		rmqfake.MaxLiteTopics(f.maxLiteTopics), rmqfake.MaxAutoGroups(f.maxAutoGroups),
+		rmqfake.SessionExpiry(f.sessionExpiry))
 	if f.autoCreate {
 		opts = append(opts, rmqfake.AutoCreate())
 	}

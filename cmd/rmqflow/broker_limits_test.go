@@ -44,6 +44,9 @@ func TestBrokerLimitFlags(t *testing.T) {
 	if f.maxLiteTopics != rmqfake.DefaultMaxLiteTopics {
 		t.Errorf("-max-lite-topics default %d, want %d", f.maxLiteTopics, rmqfake.DefaultMaxLiteTopics)
 	}
+	if f.sessionExpiry != rmqfake.DefaultSessionExpiry {
+		t.Errorf("-session-expiry default %v, want %v", f.sessionExpiry, rmqfake.DefaultSessionExpiry)
+	}
 	if f.maxAutoGroups != rmqfake.DefaultMaxAutoGroups {
 		t.Errorf("-max-auto-groups default %d, want %d", f.maxAutoGroups, rmqfake.DefaultMaxAutoGroups)
 	}
