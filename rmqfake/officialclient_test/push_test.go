@@ -45,13 +45,22 @@ func targets(t *testing.T) map[string]string {
 	return map[string]string{"rmqfake": s.Addr(), "rocketmq": real}
 }
 
+// quietClient marks a flow test parallel: the flows share nothing but the
+// targets (each run has its own keys and lite topics), and the official
+// client's process-wide settings are made once in TestMain.
 func quietClient(t *testing.T) {
 	t.Helper()
+	t.Parallel()
+}
+
+// TestMain silences the official client's console log and makes it dial
+// plaintext (the TLS subtest of TestOfficialClientSendReceiveAck, which is
+// not parallel, sets EnableSsl itself and restores it).
+func TestMain(m *testing.M) {
 	os.Setenv("mq.consoleAppender.enabled", "false")
 	rmq.ResetLogger()
-	old := rmq.EnableSsl
 	rmq.EnableSsl = false
-	t.Cleanup(func() { rmq.EnableSsl = old })
+	os.Exit(m.Run())
 }
 
 // consumption records what a push consumer's listener saw.
