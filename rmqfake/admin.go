@@ -150,6 +150,8 @@ func (s *Server) CreateGroup(name string, opts ...GroupOption) error {
 // Call it with b.mu held.
 func (b *broker) restart() {
 	clear(b.sessions)
+	// Auto-renewed messages were in flight: they come back like the rest.
+	b.renewed, b.renewCount = nil, nil
 	b.notify()
 	for _, t := range b.topics {
 		for _, gt := range t.consumers {

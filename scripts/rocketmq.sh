@@ -100,6 +100,9 @@ enableLmq=true
 enableMultiDispatch=true
 autoCreateTopicEnable=false
 autoCreateSubscriptionGroup=false
+# RecallMessage (off by default in 5.5.0: every recall fails "operation is
+# forbidden"); conformance scenario r recalls delayed messages.
+recallMessageEnable=true
 CONF
   cat >"$run/conf/rmq-proxy.json" <<CONF
 {
