@@ -83,6 +83,23 @@ const DefaultSessionExpiry = 120 * time.Second
 // DefaultSessionExpiry; d <= 0 keeps sessions for good.
 func SessionExpiry(d time.Duration) Option { return func(c *config) { c.limits.sessionExpiry = d } }
 
+// DefaultMaxLiteSubscriptions is the default of MaxLiteSubscriptions: the
+// 5.5.0 broker's maxLiteSubscriptionCount.
+const DefaultMaxLiteSubscriptions = 100_000
+
+// MaxLiteSubscriptions bounds the lite subscriptions of all clients,
+// counted as the broker counts them: one per (client, lite topic), a
+// wildcard subscription as one, across requests. As on the 5.5.0 broker, a
+// PARTIAL_ADD made when the count has reached the limit is refused (checked
+// before it adds, so the last one accepted may pass the limit by its size)
+// with LITE_SUBSCRIPTION_QUOTA_EXCEEDED
+// "org.apache.rocketmq.broker.lite.LiteQuotaException: lite subscription
+// quota exceeded <n>"; rmqfake refuses a COMPLETE_ADD that would grow the
+// count past it too (5.5.0 does not check COMPLETE_ADD). The proxy's check
+// of each request (at most the group's quota, 2000, plus 300 names) stays.
+// The default is DefaultMaxLiteSubscriptions; n <= 0 removes the limit.
+func MaxLiteSubscriptions(n int) Option { return func(c *config) { c.limits.liteSubs = n } }
+
 // limits are the bounds of one server (see the options above); a value of 0
 // or less means none.
 type limits struct {
@@ -90,11 +107,12 @@ type limits struct {
 	liteTopics    int
 	autoGroups    int
 	sessionExpiry time.Duration
+	liteSubs      int
 }
 
 func defaultLimits() limits {
 	return limits{storedBytes: DefaultMaxStoredBytes, liteTopics: DefaultMaxLiteTopics, autoGroups: DefaultMaxAutoGroups,
-		sessionExpiry: DefaultSessionExpiry}
+		sessionExpiry: DefaultSessionExpiry, liteSubs: DefaultMaxLiteSubscriptions}
 }
 
 // limiter enforces a server's limits; its state is guarded by b.mu.
@@ -319,4 +337,40 @@ func (b *broker) liteSubscriptions() int {
 		}
 	}
 	return n
+}
+
+// admitLiteSub checks a SyncLiteSubscription of client id (for group g)
+// against MaxLiteSubscriptions before anything changes. Call it with b.mu
+// held.
+func (b *broker) admitLiteSub(id string, g *group, action v2.LiteSubscriptionAction, names []string) *failure {
+	max := b.lim.liteSubs
+	if max <= 0 {
+		return nil
+	}
+	total := b.liteSubscriptions()
+	grows := false
+	switch action {
+	case v2.LiteSubscriptionAction_PARTIAL_ADD:
+		grows = true // LiteSubscriptionRegistryImpl.addPartialSubscription checks before it looks
+	case v2.LiteSubscriptionAction_COMPLETE_ADD:
+		now, after := 0, 1
+		if sub := b.liteSubs[id]; sub != nil {
+			now = len(sub.set)
+			if sub.wildcard {
+				now = 1
+			}
+		}
+		if !g.wildcard {
+			set := make(map[string]struct{}, len(names))
+			for _, n := range names {
+				set[n] = struct{}{}
+			}
+			after = len(set)
+		}
+		grows = after > now
+	}
+	if grows && total >= max {
+		return fail(v2.Code_LITE_SUBSCRIPTION_QUOTA_EXCEEDED, "org.apache.rocketmq.broker.lite.LiteQuotaException: lite subscription quota exceeded %d", max)
+	}
+	return nil
 }

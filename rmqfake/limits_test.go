@@ -298,3 +298,54 @@ func TestSessionExpiryDropsLiteSubscription(t *testing.T) {
 		t.Errorf("after expiry: %d sessions, %d lite subscriptions; want 0 and 0", st.Sessions, st.LiteSubscriptions)
 	}
 }
+
+// TestMaxLiteSubscriptions: lite subscriptions are counted across requests
+// and clients, as the 5.5.0 broker counts (client, lite topic) pairs against
+// maxLiteSubscriptionCount: a PARTIAL_ADD when the count has reached the
+// limit is refused with LITE_SUBSCRIPTION_QUOTA_EXCEEDED; so is a
+// COMPLETE_ADD that would grow it. Only each request's size was checked
+// before (one client held 46,000 lite topics in 20 requests).
+func TestMaxLiteSubscriptions(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t, rmqfake.MaxLiteSubscriptions(5))
+	sync := func(c *client.Client, action client.LiteAction, names ...string) error {
+		return c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: action, Topic: liteTopic, Group: exactGroup, LiteTopics: names})
+	}
+	quota := func(what string, err error) {
+		t.Helper()
+		var se *client.StatusError
+		if !errors.As(err, &se) || se.Code != client.CodeLiteSubscriptionQuotaExceeded ||
+			se.Message != "org.apache.rocketmq.broker.lite.LiteQuotaException: lite subscription quota exceeded 5" {
+			t.Errorf("%s: %v, want LITE_SUBSCRIPTION_QUOTA_EXCEEDED \"org.apache.rocketmq.broker.lite.LiteQuotaException: lite subscription quota exceeded 5\"", what, err)
+		}
+	}
+	c1, c2 := newClient(t, s, client.Config{}), newClient(t, s, client.Config{})
+	must(t, sync(c1, client.LitePartialAdd, "a", "b", "c"))
+	must(t, sync(c2, client.LitePartialAdd, "d", "e", "f")) // checked before adding: 3 < 5
+	quota("c2 past the limit", sync(c2, client.LitePartialAdd, "g"))
+	quota("c1 past the limit", sync(c1, client.LitePartialAdd, "g"))
+	quota("c1 growing by COMPLETE_ADD", sync(c1, client.LiteCompleteAdd, "w", "x", "y", "z"))
+	must(t, sync(c1, client.LiteCompleteAdd, "x", "y", "z")) // same size
+	if n := s.Stats().LiteSubscriptions; n != 6 {
+		t.Fatalf("%d lite subscriptions, want 6", n)
+	}
+	must(t, sync(c1, client.LitePartialRemove, "x", "y"))
+	must(t, sync(c1, client.LitePartialAdd, "g", "h"))
+	quota("c2 past the limit again", sync(c2, client.LitePartialAdd, "i"))
+	must(t, sync(c2, client.LiteCompleteRemove))
+	must(t, sync(c2, client.LitePartialAdd, "i"))
+	if n := s.Stats().LiteSubscriptions; n != 4 {
+		t.Fatalf("%d lite subscriptions, want 4 (c1: z g h, c2: i)", n)
+	}
+	// The per-request check of the proxy is unchanged: quota + 300 names.
+	many := make([]string, 2301)
+	for i := range many {
+		many[i] = fmt.Sprintf("n%d", i)
+	}
+	if err := sync(newClient(t, s, client.Config{}), client.LitePartialAdd, many...); !errors.Is(err, client.ErrLiteSubscriptionQuotaExceeded) {
+		t.Errorf("2301 names in one request: %v", err)
+	}
+	if rmqfake.DefaultMaxLiteSubscriptions != 100_000 {
+		t.Errorf("DefaultMaxLiteSubscriptions %d", rmqfake.DefaultMaxLiteSubscriptions)
+	}
+}

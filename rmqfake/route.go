@@ -109,6 +109,10 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 	if t == nil || t.lite == nil {
 		return fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s", tk.name)
 	}
+	// The broker checks its quota before the group's kind.
+	if f := b.admitLiteSub(m.clientID, g, action, req.GetLiteTopicSet()); f != nil {
+		return f
+	}
 	if action == v2.LiteSubscriptionAction_PARTIAL_ADD && g.wildcard {
 		return fail(v2.Code_INTERNAL_SERVER_ERROR, "subscribe lite operation is not supported for this group")
 	}

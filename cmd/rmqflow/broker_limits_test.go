@@ -47,6 +47,9 @@ func TestBrokerLimitFlags(t *testing.T) {
 	if f.sessionExpiry != rmqfake.DefaultSessionExpiry {
 		t.Errorf("-session-expiry default %v, want %v", f.sessionExpiry, rmqfake.DefaultSessionExpiry)
 	}
+	if f.maxLiteSubs != rmqfake.DefaultMaxLiteSubscriptions {
+		t.Errorf("-max-lite-subscriptions default %d, want %d", f.maxLiteSubs, rmqfake.DefaultMaxLiteSubscriptions)
+	}
 	if f.maxAutoGroups != rmqfake.DefaultMaxAutoGroups {
 		t.Errorf("-max-auto-groups default %d, want %d", f.maxAutoGroups, rmqfake.DefaultMaxAutoGroups)
 	}
@@ -97,5 +100,27 @@ func TestBrokerLimitFlags(t *testing.T) {
 	}
 	if err := open("g2"); err == nil || !strings.Contains(err.Error(), "MaxAutoGroups") {
 		t.Errorf("past -max-auto-groups: %v, want group not found", err)
+	}
+
+	s = brokerWith(t, "-max-lite-subscriptions", "1")
+	if err := s.CreateTopic("lt", rmqfake.TopicLite); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateGroup("lg", rmqfake.LiteBind("lt")); err != nil {
+		t.Fatal(err)
+	}
+	c, err = client.New(client.Config{Endpoints: s.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	add := func(name string) error {
+		return c.SyncLiteSubscription(ctx, client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: "lt", Group: "lg", LiteTopics: []string{name}})
+	}
+	if err := add("a"); err != nil {
+		t.Fatalf("first lite subscription: %v", err)
+	}
+	if err := add("b"); !errors.Is(err, client.ErrLiteSubscriptionQuotaExceeded) {
+		t.Errorf("past -max-lite-subscriptions: %v, want LITE_SUBSCRIPTION_QUOTA_EXCEEDED", err)
 	}
 }
