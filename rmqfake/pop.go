@@ -354,7 +354,8 @@ func (b *broker) deadLetter(g *group, m *message) {
 	b.seq++
 	cp := *m
 	now := b.clock.Now()
-	cp.seq, cp.store, cp.hoffset, cp.reconsume = b.seq, t, -1, 0
+	// One more reconsume than the message it copies, as the broker's send-back.
+	cp.seq, cp.store, cp.hoffset, cp.reconsume = b.seq, t, -1, m.reconsume+1
 	cp.storedSec, cp.storedNanos = now.Unix(), int32(now.Nanosecond())
 	b.append(t, []*message{&cp})
 	t.sent++
