@@ -71,7 +71,7 @@ type Stats struct {
 	// waiting for redelivery, or in flight. Acked messages are released.
 	Held int64
 	// Timers is how many broker timers are pending (invisibility ends,
-	// unblocks, delayed messages).
+	// unblocks, delayed messages, the expiry of clients whose stream ended).
 	Timers int
 	// StoredBytes is what the stored messages count against MaxStoredBytes.
 	StoredBytes int64
