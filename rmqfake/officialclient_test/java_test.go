@@ -116,6 +116,33 @@ var javaFlows = []javaFlow{
 			t.Errorf("fifo: next_after_dlq %v: the next message of the group was not consumed after the failed one left", p["next_after_dlq"])
 		}
 	}},
+	{"transaction", func(t *testing.T, run string, r map[string]any) {
+		// Committed: delivered; rolled back: never; left open: checked
+		// (the checker commits it) and delivered.
+		got := fmt.Sprint(r["received"])
+		if got != "[commit:1 open:1]" && got != "[open:1 commit:1]" {
+			t.Errorf("received %s (body:attempt), want commit:1 and open:1", got)
+		}
+		checked, _ := r["checked"].([]any)
+		if len(checked) == 0 || slices.ContainsFunc(checked, func(c any) bool { return c != "open" }) {
+			t.Errorf("the checker was asked about %v, want the open transaction only", checked)
+		}
+	}},
+	{"recall", func(t *testing.T, run string, r map[string]any) {
+		if r["recall_handle"] != true {
+			t.Errorf("the delay message's send receipt had no recall handle")
+		}
+		if e, _ := r["recall_error"].(string); e != "" {
+			hint := ""
+			if strings.Contains(e, "operation is forbidden") {
+				hint = " (RocketMQ 5.5.0 recalls only with recallMessageEnable=true, which scripts/rocketmq.sh sets: a broker started before that change needs a restart)"
+			}
+			t.Errorf("recall: %s%s", e, hint)
+		}
+		if got := fmt.Sprint(r["received"]); got != "[marker]" {
+			t.Errorf("received %s, want only the marker (the recalled message never)", got)
+		}
+	}},
 }
 
 // checkFailedOnce: 30 messages consumed, message 7 failed on attempt 1 and

@@ -23,6 +23,8 @@ import org.apache.rocketmq.client.apis.message.Message;
 import org.apache.rocketmq.client.apis.message.MessageBuilder;
 import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
+import org.apache.rocketmq.client.apis.producer.Transaction;
+import org.apache.rocketmq.client.apis.producer.TransactionResolution;
 
 /**
  * The flows. Each one returns null when it saw everything it waited for
@@ -42,6 +44,9 @@ final class Flows {
     static final String LITE = "rmqflow-official-lite";
     static final String LITE_G = "rmqflow-official-lite-g";
     static final String LITE_FIFO_G = "rmqflow-official-java-lite-g";
+    static final String RECALL_G = "rmqflow-official-java-recall-g";
+    static final String TXN = "rmqflow-official-java-txn";
+    static final String TXN_G = "rmqflow-official-java-txn-g";
     static final String DLQ = "rmqflow-official-java-dlq";
     static final String DLQ_G = "rmqflow-official-java-dlq-g";
     static final String DLQ_READ_G = "rmqflow-official-java-dlq-read-g";
@@ -200,6 +205,7 @@ final class Flows {
             }));
             CompletableFuture<Void> d = CompletableFuture.runAsync(() -> receive(dc, () -> delay.size() == DELAY_MESSAGES, mv -> {
                 long now = System.currentTimeMillis();
+
                 Long sent = due.get(body(mv));
                 Map<String, Object> m = new TreeMap<>();
                 m.put("body", body(mv));
@@ -523,5 +529,94 @@ final class Flows {
             r.put("dlq", copies.isEmpty() ? null : copies.get(0));
             return copies.isEmpty() ? "timeout: nothing of the run in " + dlq : null;
         }
+    }
+
+    // ---------------------------------------------------------------- recall
+
+    /**
+     * recall: a Producer sends two delay messages on the delay topic,
+     * "recalled" due DELAY_BY later and "marker" 2 s after that, and recalls
+     * the first (recallMessage with its send receipt's recall handle) at
+     * once; a SimpleConsumer (group RECALL_G) receives until the marker is
+     * in, by which time the recalled one would have come (one of the
+     * broker's 1 s timer slots and more before it). RocketMQ 5.5.0
+     * recalls only with the broker's recallMessageEnable=true (its default
+     * is false: "recall failed, operation is forbidden"); scripts/rocketmq.sh
+     * sets it.
+     *
+     * <p>Facts: recall_handle (the receipt had one), recall_error (null when
+     * the recall was accepted), received (bodies).
+     */
+    String recall(Map<String, Object> r) throws Exception {
+        List<String> received = Collections.synchronizedList(new ArrayList<>());
+        SimpleConsumer c = simple(RECALL_G, DELAY);
+        try (Producer p = producer(DELAY)) {
+            long at = System.currentTimeMillis() + DELAY_BY.toMillis();
+            String handle = p.send(message(DELAY, "recalled").setDeliveryTimestamp(at).build()).getRecallHandle();
+            p.send(message(DELAY, "marker").setDeliveryTimestamp(at + 2000).build());
+            r.put("recall_handle", handle != null && !handle.isEmpty());
+            try {
+                p.recallMessage(DELAY, handle);
+                r.put("recall_error", null);
+            } catch (ClientException e) {
+                r.put("recall_error", e.toString());
+            }
+            receive(c, () -> received.contains("marker"), mv -> {
+                received.add(body(mv));
+                c.ack(mv);
+            });
+        }
+        r.put("received", new ArrayList<>(received));
+        return received.contains("marker") ? null : "timeout: the marker was not delivered";
+    }
+
+    // ---------------------------------------------------------------- transaction
+
+    /**
+     * transaction: a Producer with a TransactionChecker sends three
+     * transactional messages: "commit" (committed), "rollback" (rolled back)
+     * and "open" (left open: the broker checks it over the producer's
+     * Telemetry stream, on 5.5.0 6 to 36 s after the send, and the checker
+     * commits it). A SimpleConsumer receives until "commit" and "open" are
+     * in. The checker answers UNKNOWN for other runs' messages (another
+     * run's open transaction is not ours to end).
+     *
+     * <p>Facts: received (bodies in receive order, each with its attempt as
+     * "body:attempt"), checked (the bodies the checker was asked about),
+     * rollback_delivered.
+     */
+    String transaction(Map<String, Object> r) throws Exception {
+        List<String> checked = Collections.synchronizedList(new ArrayList<>());
+        List<String> received = Collections.synchronizedList(new ArrayList<>());
+        SimpleConsumer c = simple(TXN_G, TXN);
+        try (Producer p = provider.newProducerBuilder().setClientConfiguration(cfg).setTopics(TXN)
+            .setTransactionChecker(mv -> {
+                if (!mine(mv)) {
+                    return TransactionResolution.UNKNOWN;
+                }
+                checked.add(body(mv));
+                return TransactionResolution.COMMIT;
+            }).build()) {
+            for (String b : new String[] {"commit", "rollback", "open"}) {
+                Transaction tx = p.beginTransaction();
+                p.send(message(TXN, b).build(), tx);
+                if (b.equals("commit")) {
+                    tx.commit();
+                } else if (b.equals("rollback")) {
+                    tx.rollback();
+                }
+            }
+            receive(c, () -> received.stream().filter(x -> !x.startsWith("rollback")).count() >= 2, mv -> {
+                received.add(body(mv) + ":" + mv.getDeliveryAttempt());
+                c.ack(mv);
+            });
+        }
+        r.put("received", new ArrayList<>(received));
+        r.put("checked", new ArrayList<>(checked));
+        r.put("rollback_delivered", received.stream().anyMatch(x -> x.startsWith("rollback")));
+        if (received.stream().filter(x -> !x.startsWith("rollback")).count() >= 2) {
+            return null;
+        }
+        return "timeout: received " + received;
     }
 }
