@@ -64,6 +64,18 @@ const DefaultMaxAutoGroups = 10_000
 // DefaultMaxAutoGroups; n <= 0 removes the limit.
 func MaxAutoGroups(n int) Option { return func(c *config) { c.limits.autoGroups = n } }
 
+// DefaultMaxAutoTopics is the default of MaxAutoTopics.
+const DefaultMaxAutoTopics = 10_000
+
+// MaxAutoTopics bounds how many topics AutoCreate makes on a send, a
+// QueryRoute, a lite consumer's settings or a lite subscription sync. Past
+// it an unknown topic stays unknown, with the limit named in the answer: a
+// send gets MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, a QueryRoute or lite sync
+// TOPIC_NOT_FOUND. Topics made by CreateTopic and fixtures, and the DLQ
+// topics the server makes, do not count. The default is DefaultMaxAutoTopics;
+// n <= 0 removes the limit.
+func MaxAutoTopics(n int) Option { return func(c *config) { c.limits.autoTopics = n } }
+
 // DefaultSessionExpiry is the default of SessionExpiry: the 5.5.0 proxy's
 // channelExpiredTimeout.
 const DefaultSessionExpiry = 120 * time.Second
@@ -106,13 +118,14 @@ type limits struct {
 	storedBytes   int64
 	liteTopics    int
 	autoGroups    int
+	autoTopics    int
 	sessionExpiry time.Duration
 	liteSubs      int
 }
 
 func defaultLimits() limits {
 	return limits{storedBytes: DefaultMaxStoredBytes, liteTopics: DefaultMaxLiteTopics, autoGroups: DefaultMaxAutoGroups,
-		sessionExpiry: DefaultSessionExpiry, liteSubs: DefaultMaxLiteSubscriptions}
+		autoTopics: DefaultMaxAutoTopics, sessionExpiry: DefaultSessionExpiry, liteSubs: DefaultMaxLiteSubscriptions}
 }
 
 // limiter enforces a server's limits; its state is guarded by b.mu.
@@ -122,6 +135,8 @@ type limiter struct {
 	// limited; autoMade counts the groups auto-create made.
 	admin    bool
 	autoMade int
+	// autoTopicsMade counts the topics autoTopic made.
+	autoTopicsMade int
 	// streams counts the open Telemetry streams per client id; sweep is
 	// the pending expiry sweep, due at sweepAt (ms).
 	streams map[string]int
@@ -141,6 +156,29 @@ func (b *broker) admitGroup() bool {
 	}
 	b.lim.autoMade++
 	return true
+}
+
+// autoTopic makes topic k of type typ for auto-create, or returns nil when
+// auto-create is off or has made MaxAutoTopics topics. Call it with b.mu
+// held.
+func (b *broker) autoTopic(k resKey, typ TopicType) *topic {
+	if !b.auto {
+		return nil
+	}
+	if max := b.lim.autoTopics; max > 0 && b.lim.autoTopicsMade >= max {
+		return nil
+	}
+	b.lim.autoTopicsMade++
+	return b.newTopic(k, typ, 0)
+}
+
+// autoTopicsFull explains a topic auto-create did not make. Call it with
+// b.mu held.
+func (b *broker) autoTopicsFull() string {
+	if max := b.lim.autoTopics; b.auto && max > 0 && b.lim.autoTopicsMade >= max {
+		return fmt.Sprintf(" (auto-create stopped at %d topics, the server's MaxAutoTopics)", max)
+	}
+	return ""
 }
 
 // autoGroupsFull explains a group auto-create did not make. Call it with

@@ -349,3 +349,35 @@ func TestMaxLiteSubscriptions(t *testing.T) {
 		t.Errorf("DefaultMaxLiteSubscriptions %d", rmqfake.DefaultMaxLiteSubscriptions)
 	}
 }
+
+// TestMaxAutoTopics: auto-create makes at most MaxAutoTopics topics (on a
+// send, a QueryRoute or a lite subscription); past it a new topic is
+// unknown, with the limit named. CreateTopic is not limited. Auto-created
+// topics used to be unbounded.
+func TestMaxAutoTopics(t *testing.T) {
+	t.Parallel()
+	s := rmqfake.NewForTest(t, rmqfake.AutoCreate(), rmqfake.MaxAutoTopics(2))
+	must(t, s.CreateTopic("made", rmqfake.TopicNormal))
+	p := producer(t, s)
+	send(t, p, &client.Message{Topic: "auto-1", Body: []byte("x")})
+	if _, err := p.QueryRoute(ctxT(t), "auto-2"); err != nil {
+		t.Fatalf("route of a second auto-created topic: %v", err)
+	}
+	_, err := p.Send(ctxT(t), &client.Message{Topic: "auto-3", Body: []byte("x")})
+	if codeOf(err) != client.CodeMessagePropertyConflict || !strings.Contains(err.Error(), "MaxAutoTopics") {
+		t.Errorf("a send to a third auto-created topic: %v, want the answer for an unknown topic, naming MaxAutoTopics", err)
+	}
+	_, err = p.QueryRoute(ctxT(t), "auto-4")
+	if codeOf(err) != client.CodeTopicNotFound || !strings.Contains(err.Error(), "MaxAutoTopics") {
+		t.Errorf("a route of a fourth: %v, want TOPIC_NOT_FOUND naming MaxAutoTopics", err)
+	}
+	send(t, p, &client.Message{Topic: "auto-1", Body: []byte("y")})
+	must(t, s.CreateTopic("made-later", rmqfake.TopicNormal))
+	st := s.Stats()
+	if len(st.Topics) != 4 {
+		t.Errorf("%d topics, want made, auto-1, auto-2, made-later", len(st.Topics))
+	}
+	if rmqfake.DefaultMaxAutoTopics != 10_000 {
+		t.Errorf("DefaultMaxAutoTopics %d", rmqfake.DefaultMaxAutoTopics)
+	}
+}

@@ -22,17 +22,20 @@ func (b *broker) route(req *v2.QueryRouteRequest, ns, self string) *v2.QueryRout
 	var t *topic
 	var n int
 	var typ TopicType
+	var full string
 	b.locked(func() {
 		t = b.topics[k]
-		if t == nil && b.auto {
-			t = b.newTopic(k, TopicNormal, 0)
+		if t == nil {
+			t = b.autoTopic(k, TopicNormal)
 		}
 		if t != nil {
 			n, typ = len(t.queues), t.typ
+		} else {
+			full = b.autoTopicsFull()
 		}
 	})
 	if t == nil {
-		return &v2.QueryRouteResponse{Status: fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s", k.name).status()}
+		return &v2.QueryRouteResponse{Status: fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s%s", k.name, full).status()}
 	}
 	eps := req.GetEndpoints()
 	if len(eps.GetAddresses()) == 0 {
@@ -103,11 +106,11 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 		return fail(v2.Code_LITE_SUBSCRIPTION_QUOTA_EXCEEDED, "lite subscription quota exceeded: %d", liteSubQuota)
 	}
 	t := b.topics[tk]
-	if t == nil && b.auto {
-		t = b.newTopic(tk, TopicLite, 0)
+	if t == nil {
+		t = b.autoTopic(tk, TopicLite)
 	}
 	if t == nil || t.lite == nil {
-		return fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s", tk.name)
+		return fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s%s", tk.name, b.autoTopicsFull())
 	}
 	// The broker checks its quota before the group's kind.
 	if f := b.admitLiteSub(m.clientID, g, action, req.GetLiteTopicSet()); f != nil {

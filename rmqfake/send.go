@@ -118,8 +118,8 @@ func (b *broker) schedule(t *topic, m *message) {
 // (ProducerProcessor with enableTopicMessageTypeCheck).
 func (b *broker) sendTarget(k resKey, m *message) (*topic, *failure) {
 	t := b.topics[k]
-	if t == nil && b.auto && !strings.HasPrefix(k.name, dlqPrefix) && !strings.HasPrefix(k.name, retryPrefix) {
-		t = b.newTopic(k, typeOf(m), 0)
+	if t == nil && !strings.HasPrefix(k.name, dlqPrefix) && !strings.HasPrefix(k.name, retryPrefix) {
+		t = b.autoTopic(k, typeOf(m))
 	}
 	if strings.HasPrefix(k.name, dlqPrefix) || strings.HasPrefix(k.name, retryPrefix) {
 		if t == nil {
@@ -133,8 +133,12 @@ func (b *broker) sendTarget(k resKey, m *message) (*topic, *failure) {
 	}
 	actual := strings.ToUpper(typeOf(m).String())
 	if t == nil || t.typ != typeOf(m) {
+		full := ""
+		if t == nil {
+			full = b.autoTopicsFull()
+		}
 		return nil, fail(v2.Code_MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-			"TopicMessageType validate failed, the expected type is %s, but actual type is %s", expected, actual)
+			"TopicMessageType validate failed, the expected type is %s, but actual type is %s%s", expected, actual, full)
 	}
 	return t, nil
 }

@@ -156,7 +156,7 @@ func (b *broker) consumerGroup(gk resKey, typ v2.ClientType, first resKey, creat
 		if lite {
 			cfg.bind, cfg.wildcard = first.name, true
 			if b.topics[first] == nil && first.name != "" {
-				b.newTopic(first, TopicLite, 0)
+				b.autoTopic(first, TopicLite)
 			}
 		}
 		g = b.newGroup(gk, cfg)

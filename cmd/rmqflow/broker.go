@@ -83,6 +83,7 @@ type brokerFlags struct {
 	maxStoredBytes int64
 	maxLiteTopics  int
 	maxAutoGroups  int
+	maxAutoTopics  int
 	sessionExpiry  time.Duration
 	maxLiteSubs    int
 }
@@ -110,6 +111,7 @@ func brokerFlagSet(out io.Writer) (*flag.FlagSet, *brokerFlags) {
 	fs.Int64Var(&f.maxStoredBytes, "max-stored-bytes", rmqfake.DefaultMaxStoredBytes, "refuse sends past this many stored `bytes` (bodies, ids, properties and 256 per message), as a broker with a full disk does; 0: no limit")
 	fs.IntVar(&f.maxLiteTopics, "max-lite-topics", rmqfake.DefaultMaxLiteTopics, "refuse a message that would create one lite topic more than `N` (LITE_TOPIC_QUOTA_EXCEEDED); idle lite topics are freed; 0: no limit")
 	fs.IntVar(&f.maxAutoGroups, "max-auto-groups", rmqfake.DefaultMaxAutoGroups, "with -auto-create, make at most `N` groups (past it a new group is not found); 0: no limit")
+	fs.IntVar(&f.maxAutoTopics, "max-auto-topics", rmqfake.DefaultMaxAutoTopics, "with -auto-create, make at most `N` topics (past it a new topic is unknown); 0: no limit")
 	fs.DurationVar(&f.sessionExpiry, "session-expiry", rmqfake.DefaultSessionExpiry, "forget a client whose Telemetry stream ended this `long` after it was last heard from (the proxy's channel expiry); 0: never")
 	fs.IntVar(&f.maxLiteSubs, "max-lite-subscriptions", rmqfake.DefaultMaxLiteSubscriptions, "refuse PARTIAL_ADD once the clients hold `N` lite subscriptions in all (the broker's maxLiteSubscriptionCount; LITE_SUBSCRIPTION_QUOTA_EXCEEDED); 0: no limit")
 	fs.BoolVar(&f.json, "json", false, "the listening and stopped lines as JSON")
@@ -139,6 +141,7 @@ func (f *brokerFlags) options() ([]rmqfake.Option, error) {
 	var opts []rmqfake.Option
 	opts = append(opts, rmqfake.Addr(f.listen), rmqfake.MaxStoredBytes(f.maxStoredBytes),
 		rmqfake.MaxLiteTopics(f.maxLiteTopics), rmqfake.MaxAutoGroups(f.maxAutoGroups),
+		rmqfake.MaxAutoTopics(f.maxAutoTopics),
 		rmqfake.SessionExpiry(f.sessionExpiry), rmqfake.MaxLiteSubscriptions(f.maxLiteSubs))
 	if f.autoCreate {
 		opts = append(opts, rmqfake.AutoCreate())

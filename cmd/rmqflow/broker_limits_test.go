@@ -50,6 +50,9 @@ func TestBrokerLimitFlags(t *testing.T) {
 	if f.maxLiteSubs != rmqfake.DefaultMaxLiteSubscriptions {
 		t.Errorf("-max-lite-subscriptions default %d, want %d", f.maxLiteSubs, rmqfake.DefaultMaxLiteSubscriptions)
 	}
+	if f.maxAutoTopics != rmqfake.DefaultMaxAutoTopics {
+		t.Errorf("-max-auto-topics default %d, want %d", f.maxAutoTopics, rmqfake.DefaultMaxAutoTopics)
+	}
 	if f.maxAutoGroups != rmqfake.DefaultMaxAutoGroups {
 		t.Errorf("-max-auto-groups default %d, want %d", f.maxAutoGroups, rmqfake.DefaultMaxAutoGroups)
 	}
@@ -70,6 +73,19 @@ func TestBrokerLimitFlags(t *testing.T) {
 	var se *client.StatusError
 	if !errors.As(err, &se) || se.Code != client.CodeInternalServerError {
 		t.Errorf("past -max-stored-bytes: %v, want INTERNAL_SERVER_ERROR", err)
+	}
+
+	s = brokerWith(t, "-max-auto-topics", "1")
+	c, err = client.New(client.Config{Endpoints: s.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.QueryRoute(ctx, "first"); err != nil {
+		t.Fatalf("first auto-created topic: %v", err)
+	}
+	if _, err := c.QueryRoute(ctx, "second"); !errors.Is(err, client.ErrTopicNotFound) {
+		t.Errorf("past -max-auto-topics: %v, want TOPIC_NOT_FOUND", err)
 	}
 
 	s = brokerWith(t, "-max-lite-topics", "1")
