@@ -28,7 +28,7 @@ FUZZTIME ?= 60s
 FUZZFLAGS ?=
 FUZZ_TARGETS = .:FuzzReceiptHandleUnmarshal .:FuzzReceiptHandleBinaryCrossForm .:FuzzReceiptHandleJSON \
 	./client:FuzzParseEndpoints ./client:FuzzReceivedMessageFromProto \
-	./rmqfake:FuzzParseFixtures ./rmqfake:FuzzParseFixture ./rmqfake:FuzzHandle ./rmqfake:FuzzFilter \
+	./rmqfake:FuzzParseFixtures ./rmqfake:FuzzParseFixture ./rmqfake:FuzzHandle ./rmqfake:FuzzFilter ./rmqfake:FuzzSQL92 \
 	./rmqfake:FuzzNames ./rmqfake:FuzzRequestProto ./cmd/rmqflow:FuzzBrokerSpecs
 # A run that ends in "context deadline exceeded" with no failing input written
 # is Go's -fuzztime race (go.dev/issue/75804, fixed in Go 1.27), not a crash.

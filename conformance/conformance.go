@@ -45,7 +45,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."p", as in docs/broker-semantics.md
+	ID   string // "a".."q", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -68,6 +68,7 @@ var Scenarios = []Scenario{
 	{"n", "FrozenHandleAfterRenewals", FrozenHandleAfterRenewals},
 	{"o", "DeferredHeadAndSuccessors", DeferredHeadAndSuccessors},
 	{"p", "ForgedRequests", ForgedRequests},
+	{"q", "SQLFilters", SQLFilters},
 }
 
 // Env gives scenarios clients bound to the target.

@@ -6,18 +6,30 @@ import (
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
 )
 
-// filter is a TAG filter; a nil set matches every message.
+// filter is a TAG filter (a nil set matches every message) or an SQL92
+// filter (sql92.go).
 type filter struct {
 	tags map[string]bool
+	sql  *sqlExpr
 }
 
-// parseFilter reads a filter expression as FilterAPI.build does. SQL92 is not
-// evaluated by rmqfake and is refused.
+// parseFilter reads a filter expression as FilterAPI.build does, and
+// compiles an SQL92 one as the broker's pop does: an empty expression is
+// the proxy's ILLEGAL_FILTER_EXPRESSION, one the broker cannot compile its
+// SUBSCRIPTION_PARSE_FAILED, which the proxy answers as
+// INTERNAL_SERVER_ERROR (scenario q).
 func parseFilter(fe *v2.FilterExpression) (filter, *failure) {
-	if fe.GetType() == v2.FilterType_SQL {
-		return filter{}, fail(v2.Code_ILLEGAL_FILTER_EXPRESSION, "rmqfake does not evaluate SQL92 filters; use a TAG filter")
-	}
 	expr := fe.GetExpression()
+	if fe.GetType() == v2.FilterType_SQL {
+		if expr == "" {
+			return filter{}, fail(v2.Code_ILLEGAL_FILTER_EXPRESSION, "Expression can't be null! SQL92")
+		}
+		e, err := compileSQL92(expr)
+		if err != nil {
+			return filter{}, fail(v2.Code_INTERNAL_SERVER_ERROR, "parse the consumer's subscription failed")
+		}
+		return filter{sql: e}, nil
+	}
 	if expr == "" || expr == "*" {
 		return filter{}, nil
 	}
@@ -40,7 +52,14 @@ func parseFilter(fe *v2.FilterExpression) (filter, *failure) {
 	return f, nil
 }
 
-func (f filter) match(m *message) bool { return f.tags == nil || f.tags[m.tag()] }
+// match reports whether m passes f. Lite pops do not filter by SQL92 (the
+// broker's PopLiteMessageProcessor has no filter code).
+func (f filter) match(m *message) bool {
+	if f.sql != nil {
+		return m.main != nil || f.sql.matches(sqlMessageProps(m))
+	}
+	return f.tags == nil || f.tags[m.tag()]
+}
 
 // popRequest is one ReceiveMessage, validated.
 type popRequest struct {

@@ -131,9 +131,9 @@ func TestReceiveChecks(t *testing.T) {
 		t.Errorf("receive with 4 s left: %v, want ILLEGAL_POLLING_TIME", err)
 	}
 	sql := normalReq(time.Minute)
-	sql.Filter = client.SQLFilter("a = 'b'")
-	if _, err := c.Receive(ctxT(t), sql); !errors.Is(err, client.ErrIllegalFilterExpression) {
-		t.Errorf("receive with an SQL filter: %v, want ILLEGAL_FILTER_EXPRESSION", err)
+	sql.Filter = client.SQLFilter("a = NULL") // does not compile (scenario q)
+	if _, err := c.Receive(ctxT(t), sql); !errors.Is(err, &client.StatusError{Code: client.CodeInternalServerError}) || !strings.Contains(err.Error(), "parse the consumer's subscription failed") {
+		t.Errorf("receive with an SQL filter that does not compile: %v, want INTERNAL_SERVER_ERROR", err)
 	}
 	bad := normalReq(time.Minute)
 	bad.Filter = client.TagFilter("||")
