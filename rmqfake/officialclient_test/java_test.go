@@ -40,15 +40,30 @@ const (
 
 // javaFlow is one flow of the Java program and what its JSON must say.
 type javaFlow struct {
-	name  string
-	check func(t *testing.T, run string, r map[string]any)
+	name    string
+	check   func(t *testing.T, run string, r map[string]any)
+	timeout time.Duration // 0: javaFlowTimeout
 }
 
 // javaFlows: see rmqfake/officialclient_java/.../Flows.java for what each
 // does. The numbers (10 messages, message 3 nacked; 30 messages, message 7
 // failed once) are the program's.
 var javaFlows = []javaFlow{
-	{"producer-simple", func(t *testing.T, run string, r map[string]any) {
+	{name: "lite-push-wildcard", check: func(t *testing.T, run string, r map[string]any) {
+		// A wildcard group, the 5.2.0 client as shipped: every message once,
+		// nothing before the client's first COMPLETE_ADD sync, 30 s after
+		// its start (rmqfake: at once after it, as with -fast-lite-dispatch;
+		// RocketMQ 5 to 15 s after it).
+		want := map[string]string{}
+		for i := range 10 {
+			want[strconv.Itoa(i)] = "[1]"
+		}
+		checkAttempts(t, "attempts", r["attempts"], want)
+		if ms, _ := r["first_ms"].(float64); ms < 29000 {
+			t.Errorf("first delivery %v ms after the consumer started, want none before its first subscription sync at 30 s", r["first_ms"])
+		}
+	}, timeout: 80 * time.Second},
+	{name: "producer-simple", check: func(t *testing.T, run string, r map[string]any) {
 		// Normal: every message once, message 3 nacked (1 s) and back as attempt 2.
 		want := map[string]string{}
 		for i := range 10 {
@@ -81,18 +96,26 @@ var javaFlows = []javaFlow{
 			t.Errorf("delay messages %v, want 0, 1, 2 once each", bodies)
 		}
 	}},
-	{"push", func(t *testing.T, run string, r map[string]any) {
+	{name: "push", check: func(t *testing.T, run string, r map[string]any) {
 		checkFailedOnce(t, r)
 	}},
-	{"lite-push", func(t *testing.T, run string, r map[string]any) {
+	{name: "lite-push", check: func(t *testing.T, run string, r map[string]any) {
 		if lt, _ := r["lite_topics"].([]any); len(lt) != 1 || lt[0] != run {
 			t.Errorf("lite topics subscribed %v, want [%s]", r["lite_topics"], run)
 		}
 		checkFailedOnce(t, r)
 		// One consumption thread, FIFO lite group: first deliveries in send order.
 		checkOrder(t, "first", r["first"], 30)
+		// After unsubscribeLite(run) (and subscribing run-m): a message to
+		// run is not delivered, one to run-m is.
+		if lt, _ := r["lite_topics_after"].([]any); len(lt) != 1 || lt[0] != run+"-m" {
+			t.Errorf("lite topics after the unsubscribe %v, want [%s-m]", r["lite_topics_after"], run)
+		}
+		if got := fmt.Sprint(r["after_unsubscribe"]); got != "[marker]" {
+			t.Errorf("received after the unsubscribe %s, want [marker] (not the message sent to the unsubscribed lite topic)", got)
+		}
 	}},
-	{"dlq", func(t *testing.T, run string, r map[string]any) {
+	{name: "dlq", check: func(t *testing.T, run string, r map[string]any) {
 		// Normal: the proxy dead-letters it when it comes back past its 2
 		// attempts; the DLQ copy has one more reconsume than the retry copy
 		// (2 + 1), so a reader sees attempt 4. FIFO: the client forwards it
@@ -116,7 +139,7 @@ var javaFlows = []javaFlow{
 			t.Errorf("fifo: next_after_dlq %v: the next message of the group was not consumed after the failed one left", p["next_after_dlq"])
 		}
 	}},
-	{"transaction", func(t *testing.T, run string, r map[string]any) {
+	{name: "transaction", check: func(t *testing.T, run string, r map[string]any) {
 		// Committed: delivered; rolled back: never; left open: checked
 		// (the checker commits it) and delivered.
 		got := fmt.Sprint(r["received"])
@@ -128,7 +151,7 @@ var javaFlows = []javaFlow{
 			t.Errorf("the checker was asked about %v, want the open transaction only", checked)
 		}
 	}},
-	{"recall", func(t *testing.T, run string, r map[string]any) {
+	{name: "recall", check: func(t *testing.T, run string, r map[string]any) {
 		if r["recall_handle"] != true {
 			t.Errorf("the delay message's send receipt had no recall handle")
 		}
@@ -213,7 +236,11 @@ func TestOfficialJavaFlows(t *testing.T) {
 					sem <- struct{}{}
 					defer func() { <-sem }()
 					run := fmt.Sprintf("java-%s-%s-%d", target.name, f.name, time.Now().UnixNano())
-					r := runJavaFlow(t, jar, target.ep, f.name, run)
+					timeout := f.timeout
+					if timeout == 0 {
+						timeout = javaFlowTimeout
+					}
+					r := runJavaFlow(t, jar, target.ep, f.name, run, timeout)
 					f.check(t, run, r)
 				})
 			}
@@ -368,13 +395,13 @@ func startRmqflowBroker(t *testing.T, repo string) string {
 
 // runJavaFlow runs one flow and returns its JSON line; the client's log and
 // the program's stderr are shown if the test fails.
-func runJavaFlow(t *testing.T, jar, ep, flow, run string) map[string]any {
+func runJavaFlow(t *testing.T, jar, ep, flow, run string, timeout time.Duration) map[string]any {
 	t.Helper()
 	logs := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), javaFlowTimeout+javaFlowSlack)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+javaFlowSlack)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "java", "-jar", jar, "--endpoint", ep, "--flow", flow, "--run", run,
-		"--timeout", fmt.Sprintf("%ds", int(javaFlowTimeout.Seconds())), "--logs", logs)
+		"--timeout", fmt.Sprintf("%ds", int(timeout.Seconds())), "--logs", logs)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	t0 := time.Now()

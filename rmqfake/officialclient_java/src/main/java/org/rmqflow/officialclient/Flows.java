@@ -44,6 +44,9 @@ final class Flows {
     static final String LITE = "rmqflow-official-lite";
     static final String LITE_G = "rmqflow-official-lite-g";
     static final String LITE_FIFO_G = "rmqflow-official-java-lite-g";
+    static final String WILD = "rmqflow-official-java-wild";
+    static final String WILD_G = "rmqflow-official-java-wild-g";
+    static final int WILD_MESSAGES = 10;
     static final String RECALL_G = "rmqflow-official-java-recall-g";
     static final String TXN = "rmqflow-official-java-txn";
     static final String TXN_G = "rmqflow-official-java-txn-g";
@@ -284,6 +287,9 @@ final class Flows {
         final List<List<Object>> timeline = new ArrayList<>();
         final long t0 = System.nanoTime();
         final CountDownLatch all = new CountDownLatch(PUSH_MESSAGES);
+        /** Bodies "after" and "marker" (lite-push after unsubscribing). */
+        final List<String> extra = new ArrayList<>();
+        final CountDownLatch marker = new CountDownLatch(1);
 
         /** Fails message FAIL_ONCE on its first delivery, consumes the rest. */
         MessageListener listener() {
@@ -293,6 +299,13 @@ final class Flows {
                 }
                 int n = number(mv);
                 synchronized (this) {
+                    if (n < 0) {
+                        extra.add(body(mv));
+                        if (body(mv).equals("marker")) {
+                            marker.countDown();
+                        }
+                        return ConsumeResult.SUCCESS;
+                    }
                     List<Integer> a = attempts.computeIfAbsent(n, k -> new ArrayList<>());
                     if (a.isEmpty()) {
                         first.add(n);
@@ -359,9 +372,14 @@ final class Flows {
      * topic; the listener fails FAIL_ONCE once. One consumption thread: a
      * group that is not FIFO gets the client's standard consume service,
      * where more threads would consume a batch in any order, so only with one
-     * are the first deliveries in the order received. Facts: as push, plus
-     * subscribe_tries (subscribeLite calls until it was accepted: it is
-     * refused client-side until the settings answer brings the quota).
+     * are the first deliveries in the order received. Then the consumer
+     * subscribes a second lite topic (run + "-m") and unsubscribes the run's
+     * (unsubscribeLite); a message sent to the run's lite topic after that
+     * ("after") is not delivered, one to the new lite topic ("marker") is.
+     * Facts: as push, plus subscribe_tries (subscribeLite calls until it was
+     * accepted: it is refused client-side until the settings answer brings
+     * the quota), lite_topics (after subscribing), lite_topics_after (after
+     * the unsubscribe), after_unsubscribe (the bodies received after it).
      *
      * <p>lite-push-standard is the same with the lite group LITE_G, which is
      * not FIFO: the client then runs its standard consume service and nacks
@@ -395,8 +413,73 @@ final class Flows {
             r.put("subscribe_tries", tries);
             r.put("lite_topics", new ArrayList<>(c.getLiteTopicSet()));
             sendNumbered(LITE, run);
-            return s.await(r);
+            String err = s.await(r);
+            if (err != null || group.equals(LITE_G)) {
+                return err;
+            }
+            // Unsubscribe: subscribe a marker lite topic, unsubscribe the
+            // run's, then send "after" to the run's and "marker" to the
+            // marker's; once the marker is in, "after" must not be.
+            String marker = run + "-m";
+            c.subscribeLite(marker);
+            c.unsubscribeLite(run);
+            r.put("lite_topics_after", new ArrayList<>(c.getLiteTopicSet()));
+            try (Producer p = producer(LITE)) {
+                p.send(message(LITE, "after").setLiteTopic(run).build());
+                p.send(message(LITE, "marker").setLiteTopic(marker).build());
+            }
+            boolean in = s.marker.await(left(), TimeUnit.NANOSECONDS);
+            synchronized (s) {
+                r.put("after_unsubscribe", new ArrayList<>(s.extra));
+            }
+            return in ? null : "timeout: the marker lite topic's message was not delivered";
         }
+    }
+
+    /**
+     * lite-push-wildcard: a LitePushConsumer in the wildcard lite group
+     * WILD_G (bound to WILD), as 5.2.0 ships: no subscribeLite (a wildcard
+     * group refuses it); the client's first COMPLETE_ADD sync comes 30 s after
+     * start, and the broker delivers nothing to the group before it.
+     * WILD_MESSAGES messages go to the lite topic named by the run right
+     * after start. Facts: consumed, first_ms (ms from the consumer's start to
+     * the first delivery), attempts.
+     */
+    String litePushWildcard(Map<String, Object> r) throws Exception {
+        final int n = WILD_MESSAGES;
+        CountDownLatch all = new CountDownLatch(n);
+        Map<Integer, List<Integer>> attempts = new TreeMap<>();
+        long[] firstAt = {0};
+        long t0 = System.nanoTime();
+        track(provider.newLitePushConsumerBuilder().bindTopic(WILD).setClientConfiguration(cfg)
+            .setConsumerGroup(WILD_G).setConsumptionThreadCount(1).setMessageListener(mv -> {
+                if (!mine(mv)) {
+                    return ConsumeResult.SUCCESS;
+                }
+                synchronized (attempts) {
+                    if (firstAt[0] == 0) {
+                        firstAt[0] = System.nanoTime();
+                    }
+                    List<Integer> a = attempts.computeIfAbsent(number(mv), k -> new ArrayList<>());
+                    a.add(mv.getDeliveryAttempt());
+                    if (a.size() == 1) {
+                        all.countDown();
+                    }
+                }
+                return ConsumeResult.SUCCESS;
+            }).build());
+        try (Producer p = producer(WILD)) {
+            for (int i = 0; i < n; i++) {
+                p.send(message(WILD, String.valueOf(i)).setLiteTopic(run).build());
+            }
+        }
+        boolean ok = all.await(left(), TimeUnit.NANOSECONDS);
+        synchronized (attempts) {
+            r.put("consumed", attempts.size());
+            r.put("attempts", new TreeMap<>(attempts));
+            r.put("first_ms", firstAt[0] == 0 ? null : (firstAt[0] - t0) / 1_000_000);
+        }
+        return ok ? null : "timeout: consumed " + attempts.size() + " of " + n;
     }
 
     // ---------------------------------------------------------------- dlq
