@@ -114,10 +114,16 @@ func (b *broker) settings(m callMeta, st *v2.Settings) (*v2.Settings, error) {
 			return nil, telemetryErr(code, f)
 		}
 		for _, e := range sub.GetSubscriptions() {
-			if e.GetExpression().GetType() != v2.FilterType_SQL {
-				if _, f := parseFilter(e.GetExpression()); f != nil {
-					return nil, telemetryErr(codes.InvalidArgument, fail(v2.Code_ILLEGAL_FILTER_EXPRESSION, "expression format is not correct"))
+			if e.GetExpression().GetType() == v2.FilterType_SQL {
+				// An SQL92 expression is compiled by the broker, on receive;
+				// the proxy refuses only an empty one here.
+				if blank(e.GetExpression().GetExpression()) {
+					return nil, telemetryErr(codes.InvalidArgument, fail(v2.Code_ILLEGAL_FILTER_EXPRESSION, "Expression can't be null! SQL92"))
 				}
+				continue
+			}
+			if _, f := parseFilter(e.GetExpression()); f != nil {
+				return nil, telemetryErr(codes.InvalidArgument, fail(v2.Code_ILLEGAL_FILTER_EXPRESSION, "expression format is not correct"))
 			}
 		}
 		sess.group = gk
