@@ -42,7 +42,7 @@ func parseFilter(fe *v2.FilterExpression) (filter, *failure) {
 	}
 	f := filter{tags: map[string]bool{}}
 	for _, p := range parts {
-		if p = strings.TrimSpace(p); p != "" {
+		if p = javaTrim(p); p != "" {
 			f.tags[p] = true
 		}
 	}
@@ -71,7 +71,8 @@ type popRequest struct {
 	invisible int64 // ms
 	filter    filter
 	attemptID string
-	autoRenew bool // auto_renew=true: held for the client (renew.go)
+	autoRenew bool     // auto_renew=true: held for the client (renew.go)
+	filterErr *failure // an SQL92 filter the broker cannot compile: answered after the route checks
 }
 
 // delivered is one message handed out by a pop.
@@ -395,4 +396,10 @@ func (b *broker) deadLetter(g *group, m *message) {
 		b.liteReady(c)
 	}
 	b.wake(main)
+}
+
+// javaTrim is Java's String.trim: it strips the characters up to U+0020 from
+// both ends (FilterAPI trims each tag so), not Unicode spaces.
+func javaTrim(s string) string {
+	return strings.TrimFunc(s, func(r rune) bool { return r <= ' ' })
 }

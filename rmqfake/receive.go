@@ -106,7 +106,13 @@ func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.Receive
 		return nil, 0, fail(v2.Code_ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too large. max is %d", maxInvisible)
 	}
 	flt, f := parseFilter(req.GetFilterExpression())
-	if f != nil {
+	var filterErr *failure
+	switch {
+	case f != nil && f.code == v2.Code_INTERNAL_SERVER_ERROR && sess.typ == v2.ClientType_LITE_PUSH_CONSUMER:
+		flt = filter{} // an SQL92 expression the broker cannot compile: a lite pop has no filter to compile
+	case f != nil && f.code == v2.Code_INTERNAL_SERVER_ERROR:
+		filterErr = f // the broker compiles it on its pop, after the route and group checks
+	case f != nil:
 		return nil, 0, f
 	}
 	if sess.typ == v2.ClientType_LITE_PUSH_CONSUMER && req.GetAutoRenew() {
@@ -130,6 +136,7 @@ func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.Receive
 		filter:    flt,
 		attemptID: req.GetAttemptId(),
 		autoRenew: req.GetAutoRenew(),
+		filterErr: filterErr,
 	}, poll, nil
 }
 
@@ -175,6 +182,9 @@ func (b *broker) popOrPark(ctx context.Context, r *popRequest, parked **topic, w
 		return nil, nil, nil, status.FromContextError(err).Err()
 	}
 	tt, g, f := b.target(r)
+	if f == nil {
+		f = r.filterErr
+	}
 	if f != nil {
 		return nil, nil, f, nil
 	}
