@@ -45,7 +45,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."q", as in docs/broker-semantics.md
+	ID   string // "a".."r", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -69,6 +69,7 @@ var Scenarios = []Scenario{
 	{"o", "DeferredHeadAndSuccessors", DeferredHeadAndSuccessors},
 	{"p", "ForgedRequests", ForgedRequests},
 	{"q", "SQLFilters", SQLFilters},
+	{"r", "RecallDelayed", RecallDelayed},
 }
 
 // Env gives scenarios clients bound to the target.
