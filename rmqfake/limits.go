@@ -273,6 +273,10 @@ func (b *broker) streamOpened(id string) {
 func (b *broker) streamClosed(id string) {
 	if b.lim.streams[id]--; b.lim.streams[id] <= 0 {
 		delete(b.lim.streams, id)
+		if b.restarting || b.closed {
+			b.notify() // Restart forgets sessions; Stop ends everything
+			return
+		}
 		if sess := b.sessions[id]; sess != nil {
 			b.touch(sess)
 		}

@@ -381,3 +381,15 @@ func TestMaxAutoTopics(t *testing.T) {
 		t.Errorf("DefaultMaxAutoTopics %d", rmqfake.DefaultMaxAutoTopics)
 	}
 }
+
+// A Restart cuts every stream but forgets the sessions itself: no expiry is
+// left pending.
+func TestRestartLeavesNoExpiry(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	normalConsumer(t, s)
+	must(t, s.Restart())
+	if st := s.Stats(); st.Sessions != 0 || st.Timers != 0 {
+		t.Errorf("after Restart: %d sessions, %d timers; want 0 and 0", st.Sessions, st.Timers)
+	}
+}
