@@ -43,8 +43,14 @@ func (b *broker) ack(req *v2.AckMessageRequest, ns string) *v2.AckMessageRespons
 }
 
 // ackOne acks one entry. Call it with b.mu held.
-func (b *broker) ackOne(gk, tk resKey, e *v2.AckMessageEntry) *failure {
-	b.stopRenewal(e.GetReceiptHandle())
+func (b *broker) ackOne(gk, tk resKey, e *v2.AckMessageEntry) (f *failure) {
+	if rn := b.stopRenewal(e.GetReceiptHandle(), gk); rn != nil {
+		defer func() {
+			if f != nil {
+				b.unsettled(rn)
+			}
+		}()
+	}
 	h, f := parseHandle(e.GetReceiptHandle())
 	if f != nil {
 		return f
@@ -244,7 +250,8 @@ func (b *broker) forward(gk, tk resKey, lite string, h handle) *failure {
 		var m *message
 		// The handle's offset names the message, as for the ack that follows
 		// (its sequence number is not checked: the proxy does not read one).
-		if c != nil && c.ord.batch != nil && c.ord.batch.contains(h.offset) && c.ord.batch.popTime == h.popTime {
+		if c != nil && c.ord.batch != nil && c.ord.batch.contains(h.offset) && c.ord.batch.popTime == h.popTime &&
+			h.offset >= c.ord.committed && !c.ord.batch.isAcked(int(h.offset-c.ord.batch.start)) {
 			m = c.ord.batch.msgs[h.offset-c.ord.batch.start]
 		}
 		if m == nil {
@@ -294,7 +301,9 @@ func (b *broker) forwardFIFO(g *group, gt *groupTopic, h handle) *failure {
 		return errAbnormal
 	}
 	o := gt.ord[h.queue]
-	if o.batch == nil || !o.batch.contains(h.offset) || o.batch.popTime != h.popTime {
+	if o.batch == nil || !o.batch.contains(h.offset) || o.batch.popTime != h.popTime ||
+		h.offset < o.committed || o.batch.isAcked(int(h.offset-o.batch.start)) {
+		// Acked or forwarded already: no second dead-letter copy.
 		return fail(v2.Code_MESSAGE_NOT_FOUND, "rmqfake: the message of this handle is not in flight")
 	}
 	b.deadLetter(g, o.batch.msgs[h.offset-o.batch.start])

@@ -1,6 +1,7 @@
 package rmqfake
 
 import (
+	"math"
 	"strconv"
 	"strings"
 
@@ -65,6 +66,9 @@ func parseHandle(s string) (handle, *failure) {
 		if nums[i], err = strconv.ParseInt(f[i+2], 10, 64); err != nil {
 			return bad()
 		}
+	}
+	if nums[2] < math.MinInt32 || nums[2] > math.MaxInt32 {
+		return bad() // a queue id past int32 (4294967296 would wrap to queue 0)
 	}
 	h.popTime, h.invisible, h.queue, h.offset, h.seq = nums[0], nums[1], int32(nums[2]), nums[3], uint64(nums[4])
 	switch h.kind {

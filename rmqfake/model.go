@@ -351,7 +351,8 @@ type session struct {
 	group    resKey // consumers
 	// push sends a command the server starts (a transaction check) on the
 	// client's Telemetry stream; nil until the stream answered settings.
-	push func(*v2.TelemetryCommand) error
+	push    func(*v2.TelemetryCommand) error
+	pushTok *byte // the stream push belongs to; cleared when it ends
 	// seen is when the client was last heard from (ms: settings,
 	// heartbeat, the end of its stream), for SessionExpiry.
 	seen int64

@@ -56,7 +56,7 @@ func parseFilter(fe *v2.FilterExpression) (filter, *failure) {
 // broker's PopLiteMessageProcessor has no filter code).
 func (f filter) match(m *message) bool {
 	if f.sql != nil {
-		return m.main != nil || f.sql.matches(sqlMessageProps(m))
+		return (m.main != nil && m.main.typ == TopicLite) || f.sql.matches(sqlMessageProps(m))
 	}
 	return f.tags == nil || f.tags[m.tag()]
 }

@@ -38,6 +38,9 @@ func (x *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Serv
 	if len(out) == 0 {
 		return x.finish(stream, fail(v2.Code_MESSAGE_NOT_FOUND, "no new message").status())
 	}
+	if r.autoRenew {
+		s.b.locked(func() { s.b.holdRenewed(r, out) })
+	}
 	if err := stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_Status{Status: okStatus()}}); err != nil {
 		s.b.nack(r, t, out)
 		return err
@@ -52,9 +55,6 @@ func (x *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Serv
 			s.b.nack(r, t, out[i:])
 			return err
 		}
-	}
-	if r.autoRenew {
-		s.b.locked(func() { s.b.holdRenewed(r, out) })
 	}
 	return stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_DeliveryTimestamp{DeliveryTimestamp: timestamppb.New(s.cfg.clock.Now())}})
 }
@@ -117,7 +117,10 @@ func (b *broker) receiveRequest(ctx context.Context, m callMeta, req *v2.Receive
 	}
 	if sess.typ == v2.ClientType_LITE_PUSH_CONSUMER && req.GetAutoRenew() {
 		var held int
-		b.locked(func() { held = b.renewCount[m.clientID] })
+		b.locked(func() {
+			b.purgeRenewals(m.clientID)
+			held = b.renewCount[m.clientID]
+		})
 		if held > maxLiteRenewPerClient {
 			return nil, 0, fail(v2.Code_FORBIDDEN, "The client [%s] has too many unacked messages. Unacked count: %d", m.clientID, held)
 		}
@@ -203,6 +206,9 @@ func (b *broker) popOrPark(ctx context.Context, r *popRequest, parked **topic, w
 func (b *broker) nack(r *popRequest, t *topic, ds []delivered) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for _, d := range ds {
+		b.stopRenewal(d.handle.String(), r.group) // never delivered: nothing to renew
+	}
 	g := b.groups[r.group]
 	if g == nil || t == nil {
 		return

@@ -22,6 +22,10 @@ const (
 	// lite push consumer may hold before its receives are refused
 	// (maxLiteRenewNumPerChannel).
 	maxLiteRenewPerClient = 100
+	// renewPopInvisible is the invisibility the proxy pops an auto_renew
+	// receive with (ms): what a message is left with when its renewal
+	// stops without the ack, change or forward settling it.
+	renewPopInvisible = 60_000
 )
 
 // renewal is one auto-renewed message a client holds.
@@ -33,12 +37,17 @@ type renewal struct {
 	h      handle
 }
 
-// holdRenewed records the messages an auto_renew receive delivered to
-// client. Call it with b.mu held.
+// holdRenewed records the messages an auto_renew receive is about to deliver
+// to its client (before they are written, as the proxy does: a stream that
+// breaks part-way nacks the rest, and nack forgets them). Call it with b.mu
+// held.
 func (b *broker) holdRenewed(r *popRequest, ds []delivered) {
 	if b.renewed == nil {
 		b.renewed = map[string]*renewal{}
 		b.renewCount = map[string]int{}
+	}
+	if b.renewCount[r.clientID] >= 1024 {
+		b.purgeRenewals(r.clientID)
 	}
 	for _, d := range ds {
 		k := d.handle.String()
@@ -50,13 +59,44 @@ func (b *broker) holdRenewed(r *popRequest, ds []delivered) {
 	}
 }
 
-// stopRenewal forgets an auto-renewed handle once it was acked, changed or
-// forwarded. Call it with b.mu held.
-func (b *broker) stopRenewal(handle string) {
-	if rn := b.renewed[handle]; rn != nil {
-		delete(b.renewed, handle)
-		if b.renewCount[rn.client]--; b.renewCount[rn.client] <= 0 {
-			delete(b.renewCount, rn.client)
+// stopRenewal forgets an auto-renewed handle that an ack, change or
+// forward of group gk names (the proxy keys its renewals by client channel
+// and group: a request naming another group leaves it renewing), and
+// returns it. Call it with b.mu held.
+func (b *broker) stopRenewal(handle string, gk resKey) *renewal {
+	rn := b.renewed[handle]
+	if rn == nil || rn.group != gk {
+		return nil
+	}
+	b.dropRenewal(handle, rn)
+	return rn
+}
+
+func (b *broker) dropRenewal(handle string, rn *renewal) {
+	delete(b.renewed, handle)
+	if b.renewCount[rn.client]--; b.renewCount[rn.client] <= 0 {
+		delete(b.renewCount, rn.client)
+	}
+}
+
+// unsettled gives a message whose renewal stopped without the request
+// settling it (the request failed) the invisibility the proxy would have
+// left it with: at most the 60 s of a pop, not the rest of rmqfake's 3 h.
+// Call it with b.mu held.
+func (b *broker) unsettled(rn *renewal) {
+	if rn != nil && !rn.h.expired(b.nowMS()) {
+		_, _ = b.changeInvisible(rn.group, rn.topic, rn.lite, rn.h, renewPopInvisible, false)
+	}
+}
+
+// purgeRenewals forgets client's renewals whose 3 h are over (the message
+// is visible again: redelivered, or acked by someone else). Call it with
+// b.mu held.
+func (b *broker) purgeRenewals(client string) {
+	now := b.nowMS()
+	for k, rn := range b.renewed {
+		if rn.client == client && rn.h.expired(now) {
+			b.dropRenewal(k, rn)
 		}
 	}
 }
@@ -72,7 +112,7 @@ func (b *broker) clearRenewals(client string) {
 		if rn.client != client {
 			continue
 		}
-		b.stopRenewal(k)
+		b.dropRenewal(k, rn)
 		if !rn.h.expired(b.nowMS()) {
 			_, _ = b.changeInvisible(rn.group, rn.topic, rn.lite, rn.h, clearInvisible, false)
 		}

@@ -153,9 +153,10 @@ func (x *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeInv
 		// The proxy dereferences the client's missing channel (scenario j).
 		return respond(fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no session: ChangeInvisibleDuration needs Telemetry settings of any type (the proxy fails here with a NullPointerException)", m.clientID))
 	}
-	b.stopRenewal(req.GetReceiptHandle())
+	rn := b.stopRenewal(req.GetReceiptHandle(), key(req.GetGroup(), m.ns))
 	nh, f := b.changeInvisible(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h, inv, req.GetSuspend())
 	if f != nil {
+		b.unsettled(rn)
 		return respond(f)
 	}
 	return &v2.ChangeInvisibleDurationResponse{Status: okStatus(), ReceiptHandle: nh}, nil
@@ -182,8 +183,9 @@ func (x *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.F
 	if f != nil {
 		return respond(f)
 	}
-	b.stopRenewal(req.GetReceiptHandle())
+	rn := b.stopRenewal(req.GetReceiptHandle(), key(req.GetGroup(), m.ns))
 	if f := b.forward(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h); f != nil {
+		b.unsettled(rn)
 		return respond(f)
 	}
 	return &v2.ForwardMessageToDeadLetterQueueResponse{Status: okStatus()}, nil

@@ -29,6 +29,13 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 		defer sendMu.Unlock()
 		return stream.Send(c)
 	}
+	tok := new(byte)
+	defer s.b.locked(func() {
+		// A command for this client must not go to a stream that ended.
+		if sess := s.b.sessions[m.clientID]; sess != nil && sess.pushTok == tok {
+			sess.push, sess.pushTok = nil, nil
+		}
+	})
 	for {
 		cmd, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -68,7 +75,7 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 		}
 		s.b.locked(func() {
 			if sess := s.b.sessions[m.clientID]; sess != nil {
-				sess.push = send
+				sess.push, sess.pushTok = send, tok
 			}
 		})
 	}

@@ -267,7 +267,11 @@ func TestParseFilterSQL(t *testing.T) {
 		t.Fatal(f)
 	}
 	normal := &message{props: map[string]string{"a": "2"}}
-	lite := &message{props: map[string]string{"a": "2"}, main: &topic{}}
+	lite := &message{props: map[string]string{"a": "2"}, main: &topic{typ: TopicLite}}
+	fifoWithLite := &message{props: map[string]string{"a": "2"}, lite: "l", main: &topic{typ: TopicFIFO}}
+	if flt.match(fifoWithLite) {
+		t.Errorf("a = 1 matched a=2 on a FIFO message that carries a lite topic: SQL92 applies there")
+	}
 	if flt.match(normal) || !flt.match(lite) {
 		t.Errorf("a = 1 on a=2: normal %v (want false), lite %v (want true)", flt.match(normal), flt.match(lite))
 	}

@@ -48,6 +48,9 @@ func (b *broker) holdHalf(t *topic, m *message) {
 	}
 	h := &halfMessage{t: t, m: m, known: b.nowMS() + txnDataTTL}
 	k := txnKey{topic: t.key, id: m.id}
+	if old := b.halves[k]; old != nil {
+		b.dropHalf(k, old) // the same transaction sent again (a retried send): one half message
+	}
 	b.halves[k] = h
 	t.bytes += m.cost()
 	h.timer = b.after(b.nowMS()+txnFirstCheck, func() { b.checkHalf(k) })
