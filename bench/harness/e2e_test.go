@@ -123,6 +123,13 @@ func TestHarnessResume(t *testing.T) {
 	if !strings.Contains(string(rep), "-peers rmqflow/loop,raw/raw") {
 		t.Errorf("the report's command is not the original one")
 	}
+	rf, err := readRunFile(out)
+	if err != nil || len(rf.Commits) != 2 || len(rf.Resumed) != 1 || rf.Commits[0] == "" {
+		t.Errorf("run.json after one resumption: %+v %v, want 2 commits and 1 resumption", rf, err)
+	}
+	if !strings.Contains(string(rep), "- Code: commit "+rf.Commits[1]) {
+		t.Errorf("the report does not name the code's commit")
+	}
 	stderr.Reset()
 	if code := run1([]string{"-resume", out}, &stdout, &stderr); code != 0 {
 		t.Fatalf("second resume: exit %d\nstderr:\n%s", code, stderr.String())

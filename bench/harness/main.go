@@ -284,6 +284,7 @@ type bench struct {
 	resumed    []time.Time
 	saved      map[string]saved
 	restored   int
+	commits    []string // the checkout's commit at the start and each resumption
 }
 
 func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
@@ -319,7 +320,8 @@ func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.resumed = rf.Resumed
+	rf.Commits = append(rf.Commits, commitOf(repo))
+	b.resumed, b.commits = rf.Resumed, rf.Commits
 	if err := writeRunFile(b.cfg.out, rf); err != nil {
 		return nil, err
 	}

@@ -126,10 +126,16 @@ func (b *bench) reportTo(w io.Writer) {
 		}
 		fmt.Fprintf(w, "The run was interrupted and resumed (`-resume`) at %s; the broker may have been restarted in between. %d of its %d runs were recorded before the last resumption and are kept as recorded; a step cut short ran again whole; the duration above is the last part's.\n\n",
 			strings.Join(at, ", "), b.restored, len(b.runs))
+		if len(slices.Compact(slices.Clone(b.commits))) > 1 {
+			fmt.Fprintf(w, "**The parts measured different code**: commits %s, in order.\n\n", strings.Join(b.commits, ", "))
+		}
 	}
 	fmt.Fprintf(w, "- Machine: %s/%s, %d CPUs, host %s, %s; peers and broker share it.\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), host, runtime.Version())
 	fmt.Fprintf(w, "- Target: %s.\n", where)
 	fmt.Fprintf(w, "- Command: `go run ./harness %s` (in bench/), seed %d.\n", strings.Join(c.args, " "), c.seed)
+	if len(b.commits) > 0 {
+		fmt.Fprintf(w, "- Code: commit %s.\n", b.commits[len(b.commits)-1])
+	}
 	fmt.Fprintf(w, "- Workload: %s-byte bodies; lite backlogs spread over %d lite topics of one LITE main topic (a wildcard group per peer); normal backlogs on a topic with 8 queues.\n", num(float64(c.size), 0), c.liteTopics)
 	fmt.Fprintf(w, "- Hygiene: the topics and groups are created for this run alone. A drain batch is one backlog on a topic of its own, read by each peer of the batch on a group of its own (on the real broker every group reads the whole topic), one peer after the other in a random order (`pos_in_batch` in results.jsonl); on the emulator each peer gets a backlog of its own. An open-loop or hot-tenant run has a topic of its own. A peer that sees a message not of its run fails. Drain batches repeat %d times; each table says how many runs a cell had (ok/planned) and gives the median and (min–max) over them.\n", c.reps)
 	fmt.Fprintf(w, "- Windows: each run is timed after an untimed warm-up (%s acks; Java peers %s, for the JIT) and stops after %s or its warm-up plus %s messages, whichever comes first; the backlog holds 10%% more than the largest goal plus 5,000, so no window ends by running out of messages.\n",

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -25,6 +26,23 @@ type runFile struct {
 	Stamp   string      `json:"stamp"`
 	Started time.Time   `json:"started"`
 	Resumed []time.Time `json:"resumed,omitempty"`
+	// Commits is the checkout's commit (git rev-parse HEAD, "+dirty" when
+	// it has changes) at the start and at each resumption: parts measured
+	// on different code are reported as such.
+	Commits []string `json:"commits,omitempty"`
+}
+
+// commitOf describes the checkout at repo, or "unknown".
+func commitOf(repo string) string {
+	out, err := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		c += "+dirty"
+	}
+	return c
 }
 
 const runFileName = "run.json"
