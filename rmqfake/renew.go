@@ -6,9 +6,10 @@ package rmqfake
 // changed or forwarded, for at most 3 h since the receive
 // (DefaultReceiptHandleManager, renewMaxTimeMillis); the client only ever
 // sees the handle of the receive, which keeps working because the proxy
-// swaps in its latest renewed handle. When the client terminates or its
-// Telemetry stream ends, every message it holds becomes visible again 1 s
-// later (invisibleTimeMillisWhenClear). rmqfake pops such a receive with the
+// swaps in its latest renewed handle. When the client terminates, or its
+// channel expires (SessionExpiry after its stream ended: the proxy does
+// nothing when a stream ends), every message it holds becomes visible again
+// 1 s later (invisibleTimeMillisWhenClear). rmqfake pops such a receive with the
 // whole 3 h at once, which a client cannot tell from a renewal, and keeps
 // the handles so that a departing client's messages come back.
 

@@ -47,7 +47,6 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 				s.b.locked(func() {
 					if !s.b.closed && !s.b.restarting {
 						s.b.offlineLite(m.clientID)
-						s.b.clearRenewals(m.clientID)
 					}
 				})
 			}
