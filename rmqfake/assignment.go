@@ -24,8 +24,8 @@ func (b *broker) assignment(req *v2.QueryAssignmentRequest, ns, self string) *v2
 	var found, fifo bool
 	b.locked(func() {
 		t := b.topics[tk]
-		if t == nil && b.auto {
-			t = b.newTopic(tk, TopicNormal, 0)
+		if t == nil {
+			t = b.autoTopic(tk, TopicNormal) // nil without AutoCreate or past MaxAutoTopics
 		}
 		if t == nil {
 			return

@@ -87,11 +87,12 @@ type delivered struct {
 // preCheck). Call it with b.mu held.
 func (b *broker) target(r *popRequest) (*topic, *group, *failure) {
 	t := b.topics[r.topic]
-	if t == nil && b.auto {
-		t = b.newTopic(r.topic, TopicNormal, 0)
+	if t == nil {
+		typ := TopicNormal
 		if r.lite {
-			t.typ, t.lite = TopicLite, map[string]*liteQueue{}
+			typ = TopicLite
 		}
+		t = b.autoTopic(r.topic, typ) // nil without AutoCreate or past MaxAutoTopics
 	}
 	if t == nil {
 		return nil, nil, fail(v2.Code_TOPIC_NOT_FOUND, "No topic route info in name server for the topic: %s", r.topic.name)

@@ -340,7 +340,9 @@ func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
 	}
 	b.tgt = &target{repo: repo, endpoint: cfg.endpoint}
 	if cfg.emulator {
-		fake, err := rmqfake.New(rmqfake.Addr("127.0.0.1:0"))
+		// Drain steps leave unconsumed backlogs behind (about 34 MB each):
+		// a whole run would pass the default 1 GiB store limit.
+		fake, err := rmqfake.New(rmqfake.Addr("127.0.0.1:0"), rmqfake.MaxStoredBytes(-1))
 		if err != nil {
 			return nil, err
 		}
