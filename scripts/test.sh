@@ -20,6 +20,15 @@ go test -race -count=1 -timeout 25m ./... "$@"
 # the main suite, alone, because they restart the real broker's proxy, which
 # would cut the tests running beside them. -v prints their figures; the
 # children's own logs are in files (kept and named when a test fails).
+# They start on a fresh store: after the main suite (since conformance p, q, r
+# and the official clients' fixtures came, 2026-12-01) the real-broker crash
+# suite's consumer got nothing for 90 s in 2 of 3 runs, on a fresh broker in 0
+# of 4 (open question: which earlier scenario leaves the broker so). Only the
+# broker scripts/rocketmq.sh runs is restarted.
+if scripts/rocketmq.sh status >/dev/null 2>&1; then
+  echo "== restarting the broker for the proof suites (fresh store)"
+  scripts/rocketmq.sh down >/dev/null && scripts/rocketmq.sh up >/dev/null
+fi
 echo "== go test -tags proof ./proof (crash suite, multi-process group, proxy restart)"
 go vet -tags proof ./proof/...
 go test -race -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
