@@ -189,6 +189,38 @@ func (q *queue) scan(renewBefore, now time.Time, maxAge time.Duration) (renew, o
 	return renew, old
 }
 
+// dropFollowers removes and returns the entries of e's binding queued behind
+// it with its ordering key (lite topic, or FIFO message group): e was not
+// emitted, and on the broker they come after it. Entries without a key
+// have no order to keep.
+func (q *queue) dropFollowers(e *entry) []*entry {
+	lite, group := e.msg.LiteTopic, e.msg.MessageGroup
+	if lite == "" && group == "" {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var dropped []*entry
+	kept := q.items[:0]
+	for _, f := range q.items {
+		if f.bind == e.bind && f.msg.LiteTopic == lite && f.msg.MessageGroup == group {
+			f.mu.Lock()
+			f.taken = true
+			f.mu.Unlock()
+			q.held[f.bind]--
+			dropped = append(dropped, f)
+			continue
+		}
+		kept = append(kept, f)
+	}
+	clear(q.items[len(kept):])
+	q.items = kept
+	if len(dropped) > 0 {
+		q.roomFor(e.bind)
+	}
+	return dropped
+}
+
 func (q *queue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()

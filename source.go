@@ -630,6 +630,16 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 		if s.freshen(ctx, e) {
 			break
 		}
+		// e comes back when its invisibility ends; what its lite topic or
+		// message group queued behind it must not run ahead of it. On the
+		// broker those messages come after e (a lite topic or FIFO group
+		// delivers nothing more while e is in flight), so they are left to
+		// come back with it, in order.
+		if n := len(s.q.dropFollowers(e)); n > 0 {
+			s.log.Warn("rmqflow: messages queued behind a message that was not emitted are left to come back behind it, in order",
+				"message_id", e.msg.MessageID, "count", n)
+			s.smetrics.released(ctx, "order", n)
+		}
 	}
 	e.mu.Lock()
 	handle := e.handle
