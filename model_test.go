@@ -36,8 +36,10 @@ import (
 //     only in runs with faults or restarts, and stay within the bound those
 //     allow.
 //
-// RMQFLOW_MODEL_RUNS sets the number of runs (default 1000); RMQFLOW_MODEL_SEED
-// replays one seed.
+// RMQFLOW_MODEL_RUNS sets the number of runs (default 1000) and
+// RMQFLOW_MODEL_FIRST the first seed (default 1); RMQFLOW_MODEL_SEED replays
+// one seed; RMQFLOW_MODEL_TRACE=1 logs the handler's calls and
+// decisions, the runner's log and the broker's to stderr.
 func TestModelRunner(t *testing.T) {
 	runs, first := 1000, uint64(1)
 	if v := os.Getenv("RMQFLOW_MODEL_RUNS"); v != "" {
@@ -46,6 +48,13 @@ func TestModelRunner(t *testing.T) {
 			t.Fatalf("RMQFLOW_MODEL_RUNS: %v", err)
 		}
 		runs = n
+	}
+	if v := os.Getenv("RMQFLOW_MODEL_FIRST"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("RMQFLOW_MODEL_FIRST: %v", err)
+		}
+		first = n
 	}
 	if v := os.Getenv("RMQFLOW_MODEL_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -124,6 +133,8 @@ type modelState struct {
 	dead     int
 	acksSeen map[string]bool // message ids seen in AckMessage requests
 	bad      []string
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 func (s *modelState) failf(format string, args ...any) {
@@ -133,7 +144,12 @@ func (s *modelState) failf(format string, args ...any) {
 func runModel(t *testing.T, seed uint64) (modelResult, error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	clk := rmqfake.NewManualClock(time.Now())
-	fake, err := rmqfake.New(rmqfake.WithClock(clk), rmqfake.FastLiteDispatch(), rmqfake.Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	logOut := io.Discard
+	if os.Getenv("RMQFLOW_MODEL_TRACE") != "" {
+		logOut = os.Stderr
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	fake, err := rmqfake.New(rmqfake.WithClock(clk), rmqfake.FastLiteDispatch(), rmqfake.Logger(logger))
 	if err != nil {
 		return modelResult{}, err
 	}
@@ -144,8 +160,8 @@ func runModel(t *testing.T, seed uint64) (modelResult, error) {
 	if err := fake.CreateGroup("g", rmqfake.LiteBind("main"), rmqfake.Wildcard()); err != nil {
 		return modelResult{}, err
 	}
-	conn := rmqflow.Connection{Endpoints: fake.Addr(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	st := &modelState{t: t, seed: seed, rng: rng, index: map[string]int{}, lite: map[string]string{}, running: map[string]string{},
+	conn := rmqflow.Connection{Endpoints: fake.Addr(), Logger: logger}
+	st := &modelState{t: t, seed: seed, rng: rng, log: logger, now: clk.Now, index: map[string]int{}, lite: map[string]string{}, running: map[string]string{},
 		decided: map[string]bool{}, ackIDs: map[string]string{}, byLite: map[string][]string{}, attempts: map[string]int{}, acksSeen: map[string]bool{}}
 
 	// Every message id in an AckMessage request must have been decided.
@@ -359,6 +375,8 @@ func (s *modelState) handler(src *rmqflow.Source[string]) rmqflow.Handler[string
 		slow := time.Duration(s.rng.IntN(3)) * time.Millisecond
 		deferBy := time.Duration(s.rng.IntN(3000)-1000) * time.Millisecond
 		s.mu.Unlock()
+		s.log.Debug("model: handler call", "body", body, "id", m.Meta.MessageID, "attempt", m.Meta.DeliveryAttempt,
+			"roll", roll, "defer_by", deferBy, "now", s.now().Format("15:04:05.000"))
 
 		finish := func(acked bool) {
 			s.mu.Lock()

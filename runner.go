@@ -195,8 +195,13 @@ type Runner[T any] struct {
 	throttle   *Throttle[T]
 	deadLetter DeadLetterFunc[T]
 	valves     *valves
-	now        func() time.Time
-	held       atomic.Int64 // messages taken from the source and not yet settled
+	// returns counts, per message id, the deliveries the runner gave back
+	// (deferred, released, left, held back, or whose ack failed) and has not
+	// acked since: each one brings the message back once more, whatever
+	// attempt the broker reports (see valves.firedAfter).
+	returns *deferTracker
+	now     func() time.Time
+	held    atomic.Int64 // messages taken from the source and not yet settled
 }
 
 // SetThrottle makes the runner admit every message through t before its
@@ -244,7 +249,7 @@ func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T
 	}
 	v := newValves(cfg.ErrorValves, time.Now)
 	v.groupMax = src.groupMaxAttempts
-	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, now: time.Now}, nil
+	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), now: time.Now}, nil
 }
 
 // ErrorBackoffFor is the deferral ErrorDefer applies at a delivery attempt.
@@ -505,8 +510,10 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 		switch {
 		case leave:
 			d.leave(m)
+			d.r.returns.add(m.Meta.MessageID)
 		case hold >= 0:
 			d.holdBack(ctx, m, hold)
+			d.r.returns.add(m.Meta.MessageID)
 		default:
 			switch out, until := d.process(ctx, m); out {
 			case outAck:
@@ -516,6 +523,7 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 				d.acker.ackThen(d.ackCtx, m.Handle, func(err error) { d.acked(k, st, m, err) })
 				return
 			case outBlocked:
+				d.r.returns.add(m.Meta.MessageID)
 				d.blockLocked(st, m, until)
 			}
 		}
@@ -541,7 +549,10 @@ func (d *dispatcher[T]) acked(k string, st *keyState[T], m *AckableMessage[T], e
 	if err != nil {
 		d.r.src.log.Warn("rmqflow: runner could not ack a message; it will be delivered again, and its lite topic waits for it",
 			"handle", m.Handle.String(), "err", err)
+		d.r.returns.add(m.Meta.MessageID)
 		d.blockLocked(st, m, d.r.now())
+	} else {
+		d.r.returns.forget(m.Meta.MessageID)
 	}
 	d.settled()
 	d.mu.Lock()
@@ -596,7 +607,7 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (out 
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancel()
 		actx = tctx
-		act, delay, err := r.throttle.apply(actx, m)
+		act, delay, err := r.throttle.apply(actx, m, r.returns.count(m.Meta.MessageID))
 		switch act {
 		case actDeferred:
 			return outBlocked, r.now().Add(delay)
@@ -662,7 +673,7 @@ func (d *dispatcher[T]) call(ctx context.Context, m *AckableMessage[T]) (dec Dec
 // any.
 func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], dec Decision, cause error) (outcome, time.Time) {
 	r := d.r
-	if valve := r.valves.fired(&m.Meta, m.Handle); valve != "" {
+	if valve := r.valves.firedAfter(&m.Meta, m.Handle, r.returns.count(m.Meta.MessageID)); valve != "" {
 		if cause == nil {
 			cause = fmt.Errorf("rmqflow: deferred too often (%s)", valve)
 		}
@@ -690,7 +701,7 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 // otherwise loop for ever.
 func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], cause error) (outcome, time.Time) {
 	r := d.r
-	if valve := r.valves.fired(&m.Meta, m.Handle); valve != "" {
+	if valve := r.valves.firedAfter(&m.Meta, m.Handle, r.returns.count(m.Meta.MessageID)); valve != "" {
 		if cause == nil {
 			cause = fmt.Errorf("rmqflow: left too often (%s)", valve)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -140,7 +141,10 @@ const (
 type ThrottleConfig struct {
 	// MaxDeliveryAttempt: at or above this broker delivery attempt, ack
 	// instead of defer (the reference connector's valve). Default 16, the
-	// broker's default retry limit.
+	// broker's default retry limit. A Runner lowers it to the group's own
+	// limit and compares it with its own count of the message's deliveries
+	// as well, because on lite topics the broker's attempt restarts at 1
+	// while its dead-letter count does not (docs/grpc-connector.md).
 	MaxDeliveryAttempt int32
 	// MaxDeferDuration caps every deferral (the reference's
 	// max-invisible-duration). Default 30 min.
@@ -262,7 +266,7 @@ func NewThrottle[T any](acker *Acker, policy ThrottlePolicy[T], cfg ThrottleConf
 // policy that returns the zero Decision gets (Failed, ErrNoDecision), and
 // nothing is sent.
 func (t *Throttle[T]) Process(ctx context.Context, m *AckableMessage[T]) (Outcome, error) {
-	act, _, err := t.apply(ctx, m)
+	act, _, err := t.apply(ctx, m, 0)
 	switch act {
 	case actDeferred:
 		return Deferred, nil
@@ -286,7 +290,7 @@ func (t *Throttle[T]) Process(ctx context.Context, m *AckableMessage[T]) (Outcom
 // returns false and the error: the message comes back when its invisibility
 // ends.
 func (t *Throttle[T]) Admit(ctx context.Context, m *AckableMessage[T]) (bool, error) {
-	act, _, err := t.apply(ctx, m)
+	act, _, err := t.apply(ctx, m, 0)
 	switch act {
 	case actDeferred:
 		return false, nil
@@ -311,7 +315,7 @@ const (
 
 // apply asks the policy and defers m when it says so and no valve fires. It
 // returns what it did and, when deferred, for how long.
-func (t *Throttle[T]) apply(ctx context.Context, m *AckableMessage[T]) (throttleAct, time.Duration, error) {
+func (t *Throttle[T]) apply(ctx context.Context, m *AckableMessage[T], returns int) (throttleAct, time.Duration, error) {
 	d := t.policy.Decide(m)
 	var delay time.Duration
 	switch d.kind {
@@ -324,7 +328,7 @@ func (t *Throttle[T]) apply(ctx context.Context, m *AckableMessage[T]) (throttle
 	default:
 		return actFailed, 0, fmt.Errorf("%w: the throttle policy returned %v", ErrNoDecision, d.kind)
 	}
-	if valve := t.valves.fired(&m.Meta, m.Handle); valve != "" {
+	if valve := t.valves.firedAfter(&m.Meta, m.Handle, returns); valve != "" {
 		t.valves.forget(m.Handle.MessageID)
 		t.metrics.deferred(ctx, "valve:"+valve)
 		return actValve, 0, nil
@@ -371,10 +375,19 @@ func (v *valves) maxAttempt(group string) int32 {
 
 // fired names the safety valve that forbids deferring the message h names,
 // or "".
-func (v *valves) fired(meta *Metadata, h ReceiptHandle) string {
+func (v *valves) fired(meta *Metadata, h ReceiptHandle) string { return v.firedAfter(meta, h, 0) }
+
+// firedAfter is fired for a message known to have been given back returns
+// times before this delivery: it was delivered at least returns+1 times,
+// whatever attempt the broker reports. On a lite topic the broker's attempt
+// restarts at 1 whenever a batch holds a message never delivered before,
+// while the broker dead-letters by its own running count, which also grows
+// for every message held back behind a deferred head (docs/broker-semantics.md,
+// scenarios e, g and o).
+func (v *valves) firedAfter(meta *Metadata, h ReceiptHandle, returns int) string {
 	id := h.MessageID
 	switch {
-	case meta.DeliveryAttempt >= v.maxAttempt(h.Group):
+	case max(meta.DeliveryAttempt, int32(min(returns, math.MaxInt32-1))+1) >= v.maxAttempt(h.Group):
 		return "max-delivery-attempt"
 	case v.defers.count(id) >= v.cfg.MaxDefers:
 		return "max-defers"
