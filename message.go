@@ -39,6 +39,10 @@ type Metadata struct {
 	MessageGroup string
 	// BornTime is when the producer created the message.
 	BornTime time.Time
+	// BornHost is the producer's host as the broker recorded it.
+	BornHost string
+	// StoreTime is when the broker stored the message.
+	StoreTime time.Time
 	// DeliveryAttempt is 1 on first delivery (see docs/broker-semantics.md
 	// scenarios e and f for how far it can be trusted on lite topics).
 	DeliveryAttempt int32
@@ -64,6 +68,8 @@ func metadataOf(rm *client.ReceivedMessage, now time.Time) Metadata {
 		Properties:      maps.Clone(rm.Properties),
 		MessageGroup:    rm.MessageGroup,
 		BornTime:        rm.BornTime,
+		BornHost:        rm.BornHost,
+		StoreTime:       rm.StoreTime,
 		DeliveryAttempt: rm.DeliveryAttempt,
 		ReceivedAt:      now,
 		Body:            rm.Body,

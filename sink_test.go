@@ -82,6 +82,14 @@ func TestSinkPerRecordErrors(t *testing.T) {
 	if got["other"] == nil || got["other"].Meta.LiteTopic != run+"-other" {
 		t.Fatalf("per-record lite topic lost: %+v", got["other"])
 	}
+	// Born and store times come from the producer's and the broker's clocks,
+	// both this machine's here.
+	if now := time.Now(); d.Meta.BornTime.IsZero() || d.Meta.StoreTime.Before(d.Meta.BornTime.Add(-time.Second)) || d.Meta.StoreTime.After(now) || now.Sub(d.Meta.StoreTime) > time.Minute {
+		t.Errorf("born %v, stored %v, now %v: want born ≤ stored ≤ now, within a minute", d.Meta.BornTime, d.Meta.StoreTime, now)
+	}
+	if d.Meta.BornHost == "" {
+		t.Error("no born host")
+	}
 }
 
 // TestSimpleModeTagFilter: a SIMPLE-mode source reads a normal topic through

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,11 +25,20 @@ const (
 	ModeSimple
 )
 
-// LiteBinding is one LITE main topic and the wildcard group bound to it
-// (group attributes lite.bind.topic=<Topic>, lite.sub.wildcard=true).
+// LiteBinding is one LITE main topic and the lite group bound to it (group
+// attribute lite.bind.topic=<Topic>).
 type LiteBinding struct {
 	Topic string
 	Group string
+	// LiteTopics, when set, subscribes these lite topics of Topic alone,
+	// through a group that is not a wildcard group: the source adds each one
+	// (SyncLiteSubscription PARTIAL_ADD) when it starts and keeps the set in
+	// its periodic COMPLETE_ADD, as the official lite push consumers do.
+	// Empty: Group is a wildcard group (lite.sub.wildcard=true) and every
+	// lite topic of Topic comes. A lite topic taken over by another client
+	// of an exclusive group (lite.sub.model=Exclusive) stops coming
+	// (docs/broker-semantics.md, scenario s).
+	LiteTopics []string
 }
 
 // SourceConfig configures a Source. Zero fields take the documented defaults.
@@ -139,6 +150,11 @@ func (c SourceConfig) validate() error {
 				return optionError("Lite", "group "+b.Group+" is bound twice; a group binds one main topic")
 			}
 			seen[b.Group] = true
+			for _, lt := range b.LiteTopics {
+				if strings.TrimSpace(lt) == "" {
+					return optionError("Lite", fmt.Sprintf("binding %d lists an empty lite topic", i))
+				}
+			}
 		}
 	case ModeSimple:
 		if c.Topic == "" {
@@ -263,6 +279,7 @@ type Source[T any] struct {
 type binding struct {
 	topic, group string
 	lite         bool
+	exact        []string // exact lite topics; none: a wildcard group
 	filter       client.Filter
 	c            *client.Client
 	sess         *client.Session
@@ -306,7 +323,7 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	perBinding := 2 * cfg.MaxMessageNum * cfg.FetchConcurrency
 	if cfg.Mode == ModeLite {
 		for _, b := range cfg.Lite {
-			s.binds = append(s.binds, &binding{topic: b.Topic, group: b.Group, lite: true})
+			s.binds = append(s.binds, &binding{topic: b.Topic, group: b.Group, lite: true, exact: slices.Clone(b.LiteTopics)})
 		}
 	} else {
 		s.binds = append(s.binds, &binding{topic: cfg.Topic, group: cfg.Group, filter: cfg.Filter})
@@ -445,6 +462,11 @@ func (s *Source[T]) open(ctx context.Context) error {
 		b.sess = sess
 		if _, err := c.QueryRoute(ctx, b.topic); err != nil {
 			return fmt.Errorf("rmqflow: source %s/%s: %w", b.topic, b.group, err)
+		}
+		for _, lt := range b.exact {
+			if err := sess.SubscribeLite(ctx, b.topic, lt, nil); err != nil {
+				return fmt.Errorf("rmqflow: source %s/%s: subscribe lite topic %q: %w", b.topic, b.group, lt, err)
+			}
 		}
 	}
 	return nil

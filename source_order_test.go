@@ -109,6 +109,16 @@ func TestSourceRenewalFailureKeepsOrder(t *testing.T) {
 				must(t, src.Acker().Ack(ctx, m.Handle))
 			}
 			if !failed.Load() {
+				// a0 was queued behind b's three: taking it now is refused,
+				// and it goes with a1 and a2, so nothing is left to emit.
+				short, cancel := context.WithTimeout(ctx, time.Second)
+				m, err := src.Next(short)
+				cancel()
+				if err == nil {
+					t.Fatalf("emitted %s of %s after the renewal of a0 failed, want nothing", m.Value, m.Meta.LiteTopic+m.Meta.MessageGroup)
+				}
+			}
+			if !failed.Load() {
 				t.Fatal("no renewal was refused: the test did not test")
 			}
 			if n := src.QueueLen(); n != 0 {
