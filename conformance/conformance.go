@@ -45,7 +45,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."r", as in docs/broker-semantics.md
+	ID   string // "a".."s", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -70,6 +70,7 @@ var Scenarios = []Scenario{
 	{"p", "ForgedRequests", ForgedRequests},
 	{"q", "SQLFilters", SQLFilters},
 	{"r", "RecallDelayed", RecallDelayed},
+	{"s", "ExclusiveLiteTakeover", ExclusiveLiteTakeover},
 }
 
 // Env gives scenarios clients bound to the target.

@@ -23,16 +23,19 @@ type ResourceOption interface {
 }
 
 type topicConfig struct {
-	queues int
-	ns     string
+	queues  int
+	ns      string
+	liteTTL int // minutes; 0 or less: never
 }
 
 type groupConfig struct {
-	retryMax int
-	bind     string
-	wildcard bool
-	fifo     bool
-	ns       string
+	retryMax       int
+	bind           string
+	wildcard       bool
+	fifo           bool
+	exclusive      bool
+	resetExclusive bool
+	ns             string
 }
 
 type topicOpt func(*topicConfig)
@@ -78,6 +81,21 @@ func Wildcard() GroupOption { return groupOpt(func(c *groupConfig) { c.wildcard 
 // FIFO makes a group consume each queue in order (consumeMessageOrderly).
 func FIFO() GroupOption { return groupOpt(func(c *groupConfig) { c.fifo = true }) }
 
+// LiteExclusive makes a lite group exclusive (lite.sub.model=Exclusive): a
+// client's PARTIAL_ADD of a lite topic takes it from every client of the
+// group that holds it, and each of those is sent NotifyUnsubscribeLite on its
+// Telemetry stream (the caller too, when it already held the topic: 5.5.0
+// filters on the group alone), as the 5.5.0 broker does. COMPLETE_ADD takes
+// nothing from anyone.
+func LiteExclusive() GroupOption { return groupOpt(func(c *groupConfig) { c.exclusive = true }) }
+
+// ResetOffsetOnTakeover makes an exclusive lite group restart a lite topic
+// from its first stored message when a client takes it over
+// (lite.sub.reset.offset.exclusive=true).
+func ResetOffsetOnTakeover() GroupOption {
+	return groupOpt(func(c *groupConfig) { c.resetExclusive = true })
+}
+
 // CreateTopic creates a topic of the given type. Creating an existing topic
 // with the same type is a no-op; another type is an error.
 func (s *Server) CreateTopic(name string, typ TopicType, opts ...TopicOption) error {
@@ -107,7 +125,11 @@ func (s *Server) CreateTopic(name string, typ TopicType, opts ...TopicOption) er
 		}
 		return nil
 	}
-	b.newTopic(k, typ, c.queues)
+	t := b.newTopic(k, typ, c.queues)
+	if c.liteTTL > 0 && typ == TopicLite {
+		t.liteTTL = int64(c.liteTTL) * 60_000
+		b.armTTL()
+	}
 	return nil
 }
 

@@ -73,52 +73,115 @@ func checkLanguage(lang string) *failure {
 // authenticator checks the signature RocketMQ clients send:
 //
 //	authorization: MQv2-HMAC-SHA1 Credential=<AK>//Rocketmq, SignedHeaders=x-mq-date-time, Signature=<hex HMAC-SHA1(secret, x-mq-date-time)>
+//
+// as the 5.5.0 proxy parses it (DefaultAuthenticationContextBuilder; notes in
+// notes/research/auth-acl.md): the first word is not checked, SignedHeaders
+// is ignored, the user is Credential up to its first '/', and x-mq-date-time
+// is signed as it is, with no window on its age. Every failure is
+// UNAUTHORIZED with the proxy's own text.
 type authenticator struct {
-	secrets map[string]string // access key -> secret
+	users map[string]*authUser // by access key (user name)
+	acl   []aclRule
+	authz bool // a Normal user exists: ACLs apply (acl.go)
 }
 
-func newAuthenticator(creds map[string]string) *authenticator {
-	if len(creds) == 0 {
-		return nil
-	}
-	return &authenticator{secrets: creds}
+type authUser struct {
+	secret          string
+	super, disabled bool
 }
 
-// check returns nil when m is signed by a known key (or auth is off). The
-// failure never repeats the secret or the expected signature.
-func (a *authenticator) check(m callMeta) *failure {
-	if a == nil {
+// newAuthenticator returns nil (no checks) when there are no credentials
+// and no users. Credentials are super users.
+func newAuthenticator(creds map[string]string, users map[string]userConfig, acl []aclRule) *authenticator {
+	if len(creds) == 0 && len(users) == 0 {
 		return nil
 	}
-	const scheme = "MQv2-HMAC-SHA1 "
-	if !strings.HasPrefix(m.authz, scheme) {
-		return fail(v2.Code_UNAUTHORIZED, "authorization header is missing or not MQv2-HMAC-SHA1")
+	a := &authenticator{users: map[string]*authUser{}, acl: acl}
+	for ak, sk := range creds {
+		a.users[ak] = &authUser{secret: sk, super: true}
 	}
-	var ak, sig, signed string
-	for _, part := range strings.Split(strings.TrimPrefix(m.authz, scheme), ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
-		switch k {
-		case "Credential":
-			ak, _, _ = strings.Cut(v, "/")
-		case "Signature":
-			sig = v
-		case "SignedHeaders":
-			signed = v
+	for name, u := range users {
+		a.users[name] = &authUser{secret: u.secret, super: u.super, disabled: u.disabled}
+		if !u.super {
+			a.authz = true
 		}
 	}
-	secret, ok := a.secrets[ak]
-	if ak == "" || !ok {
-		return fail(v2.Code_UNAUTHORIZED, "unknown access key %q", ak)
+	return a
+}
+
+// check returns the user m is signed by, or a failure (nil, "" when auth is
+// off). The failure never repeats the secret or the expected signature.
+func (a *authenticator) check(m callMeta) (string, *failure) {
+	if a == nil {
+		return "", nil
 	}
-	if signed != "x-mq-date-time" || m.dateTime == "" {
-		return fail(v2.Code_UNAUTHORIZED, "the signature must cover x-mq-date-time")
+	user, f := a.authenticate(m)
+	return user, f
+}
+
+func (a *authenticator) authenticate(m callMeta) (string, *failure) {
+	unauthorized := func(format string, args ...any) (string, *failure) {
+		return "", fail(v2.Code_UNAUTHORIZED, format, args...)
 	}
-	h := hmac.New(sha1.New, []byte(secret))
+	if m.authz == "" {
+		return unauthorized("username cannot be null.")
+	}
+	if m.dateTime == "" {
+		return unauthorized("datetime is null.")
+	}
+	_, rest, ok := strings.Cut(m.authz, " ")
+	if !ok {
+		return unauthorized("authentication header is incorrect.")
+	}
+	var ak string
+	var sig []byte
+	for _, part := range strings.Split(rest, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return unauthorized("authentication keyValues length is incorrect, actual length=1.")
+		}
+		switch k {
+		case "Credential":
+			pieces := javaSplit(v, '/')
+			if len(pieces) == 0 {
+				return unauthorized("authentication credential length is incorrect, actual length=0.")
+			}
+			ak = pieces[0]
+		case "Signature":
+			b, err := hex.DecodeString(v)
+			if err != nil {
+				return unauthorized("create authentication context error.")
+			}
+			sig = b
+		}
+	}
+	if ak == "" {
+		return unauthorized("username cannot be null.")
+	}
+	u, ok := a.users[ak]
+	if !ok {
+		return unauthorized("User:%s is not found.", ak)
+	}
+	if u.disabled {
+		return unauthorized("User:%s is disabled.", ak)
+	}
+	h := hmac.New(sha1.New, []byte(u.secret))
 	h.Write([]byte(m.dateTime))
-	want := h.Sum(nil)
-	got, err := hex.DecodeString(strings.ToLower(sig))
-	if err != nil || !hmac.Equal(got, want) {
-		return fail(v2.Code_UNAUTHORIZED, "check signature failed for access key %q", ak)
+	if sig == nil || !hmac.Equal(sig, h.Sum(nil)) {
+		return unauthorized("check signature failed.")
 	}
-	return nil
+	return ak, nil
+}
+
+// javaSplit is Java's String.split on one character: trailing empty
+// strings are removed (so "//" gives none).
+func javaSplit(s string, sep byte) []string {
+	if s == "" {
+		return []string{""} // Java splits "" into one empty string
+	}
+	parts := strings.Split(s, string(sep))
+	for len(parts) > 0 && parts[len(parts)-1] == "" {
+		parts = parts[:len(parts)-1]
+	}
+	return parts
 }

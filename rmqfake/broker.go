@@ -11,6 +11,7 @@ type broker struct {
 	mu    sync.Mutex
 	clock Clock
 	auto  bool
+	ttl   ttlConfig // lite topic TTL (ttl.go)
 	// fastDispatch skips the full-dispatch delay for lite backlogs.
 	fastDispatch bool
 	start        int64 // ms, when the server started (dispatch scans count from it)
@@ -197,6 +198,7 @@ func (b *broker) configureGroup(g *group, cfg groupConfig) {
 	g.bind = cfg.bind
 	g.wildcard = cfg.wildcard
 	g.fifo = cfg.fifo
+	g.exclusive, g.resetExclusive = cfg.exclusive, cfg.resetExclusive
 	if !g.wildcard || g.bind == "" {
 		return
 	}

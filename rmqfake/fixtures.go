@@ -12,22 +12,24 @@ import (
 
 // Fixture is a topic or group to create, one line of a fixtures file:
 //
-//	topic <name> normal|lite|fifo|delay [queues=N]
-//	group <name> [retry=N] [bind=<lite main topic>] [wildcard] [fifo]
+//	topic <name> normal|lite|fifo|delay [queues=N] [ttl=MINUTES]
+//	group <name> [retry=N] [bind=<lite main topic>] [wildcard] [exclusive] [fifo]
 type Fixture struct {
 	// Group is false for a topic, true for a group.
 	Group bool
 	Name  string
-	// Type and Queues describe a topic (Queues 0: the default, 4; at most
-	// MaxQueues).
-	Type   TopicType
-	Queues int
-	// RetryMax, Bind, Wildcard and FIFO describe a group (RetryMax -1: the
-	// default, 16).
-	RetryMax int
-	Bind     string
-	Wildcard bool
-	FIFO     bool
+	// Type, Queues and LiteTTL describe a topic (Queues 0: the default, 4;
+	// at most MaxQueues; LiteTTL in minutes, 0: never).
+	Type    TopicType
+	Queues  int
+	LiteTTL int
+	// RetryMax, Bind, Wildcard, Exclusive and FIFO describe a group
+	// (RetryMax -1: the default, 16).
+	RetryMax  int
+	Bind      string
+	Wildcard  bool
+	Exclusive bool
+	FIFO      bool
 }
 
 // ProjectFixturesFile is where the project keeps the topics and groups its
@@ -115,8 +117,14 @@ func ParseFixture(line string) (Fixture, error) {
 					return Fixture{}, fmt.Errorf("topic %s: queues=%q: want a number from 1 to %d", fx.Name, v, MaxQueues)
 				}
 				fx.Queues = n
+			case k == "ttl" && hasV:
+				n, err := strconv.Atoi(v)
+				if err != nil || n < -1 || n > 43200 {
+					return Fixture{}, fmt.Errorf("topic %s: ttl=%q: want minutes from -1 to 43200 (lite.topic.expiration)", fx.Name, v)
+				}
+				fx.LiteTTL = n
 			default:
-				return Fixture{}, fmt.Errorf("topic %s: unknown option %q", fx.Name, opt)
+				return Fixture{}, fmt.Errorf("topic %s: unknown option %q (queues=N, ttl=MINUTES)", fx.Name, opt)
 			}
 		}
 	case "group":
@@ -136,8 +144,10 @@ func ParseFixture(line string) (Fixture, error) {
 				fx.Wildcard = true
 			case k == "fifo" && !hasV:
 				fx.FIFO = true
+			case k == "exclusive" && !hasV:
+				fx.Exclusive = true
 			default:
-				return Fixture{}, fmt.Errorf("group %s: unknown option %q (retry=N, bind=TOPIC, wildcard, fifo)", fx.Name, opt)
+				return Fixture{}, fmt.Errorf("group %s: unknown option %q (retry=N, bind=TOPIC, wildcard, exclusive, fifo)", fx.Name, opt)
 			}
 		}
 	default:
@@ -162,6 +172,9 @@ func (s *Server) applyFixture(f Fixture) error {
 		if f.Queues > 0 {
 			opts = append(opts, Queues(f.Queues))
 		}
+		if f.LiteTTL > 0 {
+			opts = append(opts, LiteTTL(f.LiteTTL))
+		}
 		return s.CreateTopic(f.Name, f.Type, opts...)
 	}
 	var opts []GroupOption
@@ -176,6 +189,9 @@ func (s *Server) applyFixture(f Fixture) error {
 	}
 	if f.FIFO {
 		opts = append(opts, FIFO())
+	}
+	if f.Exclusive {
+		opts = append(opts, LiteExclusive())
 	}
 	return s.CreateGroup(f.Name, opts...)
 }

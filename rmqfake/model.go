@@ -223,6 +223,8 @@ type topic struct {
 	// liteSeq numbers lite-queue offsets across the main topic, so that a lite
 	// topic dropped when idle and created again never reuses an offset.
 	liteSeq int64
+	// liteTTL is lite.topic.expiration in ms; 0: never (ttl.go).
+	liteTTL int64
 	// consumers are the groups reading the queues with normal or FIFO pops.
 	consumers map[*group]*groupTopic
 	waiters   map[*waiter]struct{}
@@ -241,7 +243,11 @@ type group struct {
 	bind     string // LITE main topic (same namespace); empty for a normal group
 	wildcard bool
 	fifo     bool
-	topics   map[*topic]*groupTopic
+	// exclusive and resetExclusive: lite.sub.model=Exclusive and
+	// lite.sub.reset.offset.exclusive (see LiteExclusive).
+	exclusive      bool
+	resetExclusive bool
+	topics         map[*topic]*groupTopic
 	// ring lists the lite topics of a wildcard group that may have something
 	// to deliver, in the order they became ready.
 	ring     []*liteCursor

@@ -21,7 +21,7 @@ func (x *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Serv
 	if _, err := s.decide(ctx, Call{Method: "ReceiveMessage", ClientID: m.clientID, Request: req}); err != nil {
 		return err
 	}
-	if f := s.precheck(m); f != nil {
+	if f := s.precheck(ctx, m, req); f != nil {
 		return x.finish(stream, f.status())
 	}
 	r, poll, f := s.b.receiveRequest(ctx, m, req)

@@ -89,8 +89,12 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 		}
 	}
 	gk, tk := key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns)
+	var notices []notice
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer func() {
+		b.mu.Unlock()
+		sendNotices(notices) // a stream send must not hold b.mu
+	}()
 	g := b.groups[gk]
 	if g == nil {
 		return fail(v2.Code_ILLEGAL_CONSUMER_GROUP, "group not found: %s", gk.name)
@@ -130,6 +134,9 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 	switch action {
 	case v2.LiteSubscriptionAction_PARTIAL_ADD:
 		for _, lt := range req.GetLiteTopicSet() {
+			if g.exclusive {
+				notices = append(notices, b.takeOver(m.clientID, g, t, lt)...)
+			}
 			sub.add(lt)
 			// A lite topic that does not exist yet is not created (the
 			// broker skips LMQs that are not active): it gets the exact
@@ -162,6 +169,60 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 	}
 	b.wake(t)
 	return nil
+}
+
+// notice is a NotifyUnsubscribeLite for one client's Telemetry stream.
+type notice struct {
+	push func(*v2.TelemetryCommand) error
+	lite string
+}
+
+// takeOver takes lite topic lt of main topic t from every client of the
+// exclusive group g that holds it, for clientID, and returns the notices to
+// send (excludeClientByLmqName): every holder of g is told, the caller too
+// when it already held lt (5.5.0 filters on the group alone; the caller keeps
+// lt). With lite.sub.reset.offset.exclusive the group's offset of lt goes back
+// to its first stored message. Call it with b.mu held.
+func (b *broker) takeOver(clientID string, g *group, t *topic, lt string) []notice {
+	var out []notice
+	taken := false
+	for id, sub := range b.liteSubs {
+		if sub.group != g || sub.main != t {
+			continue
+		}
+		if _, ok := sub.set[lt]; !ok {
+			continue
+		}
+		taken = true
+		if id != clientID {
+			sub.remove(lt)
+		}
+		// The proxy finds the client by group and id and writes to its open
+		// Telemetry stream; a client without one is not told.
+		if sess := b.sessions[id]; sess != nil && sess.push != nil && sess.group == g.key {
+			out = append(out, notice{push: sess.push, lite: lt})
+		}
+	}
+	if taken && g.resetExclusive {
+		if lq := b.liteQueue(t, lt, false); lq != nil {
+			b.resetOffset(b.cursor(lq, g), &v2.OffsetOption{OffsetType: &v2.OffsetOption_Policy_{Policy: v2.OffsetOption_MIN}})
+		}
+	}
+	return out
+}
+
+// sendNotices sends each notice on its stream, in order, from a goroutine of
+// its own (a slow client must not hold the caller).
+func sendNotices(ns []notice) {
+	if len(ns) == 0 {
+		return
+	}
+	go func() {
+		for _, n := range ns {
+			_ = n.push(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_NotifyUnsubscribeLiteCommand{
+				NotifyUnsubscribeLiteCommand: &v2.NotifyUnsubscribeLiteCommand{LiteTopic: n.lite}}})
+		}
+	}()
 }
 
 func (s *liteSub) add(name string) {

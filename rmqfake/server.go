@@ -42,12 +42,16 @@ type Server struct {
 }
 
 type config struct {
-	addr     string
-	clock    Clock
-	auto     bool
-	creds    map[string]string
-	fixtures []Fixture
-	logger   *slog.Logger
+	addr        string
+	clock       Clock
+	auto        bool
+	creds       map[string]string
+	minLiteTTL  *time.Duration
+	ttlInterval time.Duration
+	users       map[string]userConfig
+	acl         []ACLEntry
+	fixtures    []Fixture
+	logger      *slog.Logger
 	// fastDispatch: see FastLiteDispatch.
 	fastDispatch bool
 	project      bool
@@ -115,15 +119,27 @@ func New(opts ...Option) (*Server, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	rules, err := parseACL(cfg.acl)
+	if err != nil {
+		return nil, err
+	}
+	auth := newAuthenticator(cfg.creds, cfg.users, rules)
 	s := &Server{
 		cfg:  cfg,
 		b:    newBroker(cfg.clock, cfg.auto, cfg.fastDispatch),
 		ctl:  newControls(),
-		auth: newAuthenticator(cfg.creds),
+		auth: auth,
 		log:  cfg.logger,
 		tls:  &serverTLS{},
 	}
 	s.b.lim = limiter{limits: cfg.limits}
+	s.b.ttl.min, s.b.ttl.interval = DefaultMinLiteTTL.Milliseconds(), DefaultLiteTTLCheckInterval.Milliseconds()
+	if cfg.minLiteTTL != nil {
+		s.b.ttl.min = max(cfg.minLiteTTL.Milliseconds(), 0)
+	}
+	if cfg.ttlInterval > 0 {
+		s.b.ttl.interval = cfg.ttlInterval.Milliseconds()
+	}
 	if err := s.ApplyFixtures(cfg.fixtures); err != nil {
 		return nil, err
 	}

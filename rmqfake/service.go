@@ -51,7 +51,11 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 			return r, nil
 		}
 	}
-	if f := s.precheck(m); f != nil {
+	var pm proto.Message
+	if p, ok := req.(proto.Message); ok {
+		pm = p
+	}
+	if f := s.precheck(ctx, m, pm); f != nil {
 		if r := statusResponse(method, f.status()); r != nil {
 			return r, nil
 		}
@@ -71,9 +75,14 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	return h(srv, ss)
 }
 
-// precheck is the proxy's request pipeline: signature, then client id.
-func (s *Server) precheck(m callMeta) *failure {
-	if f := s.auth.check(m); f != nil {
+// precheck is the proxy's request pipeline: signature, ACL (acl.go), then
+// client id.
+func (s *Server) precheck(ctx context.Context, m callMeta, req proto.Message) *failure {
+	user, f := s.auth.check(m)
+	if f != nil {
+		return f
+	}
+	if f := s.auth.authorize(ctx, user, req); f != nil {
 		return f
 	}
 	if strings.TrimSpace(m.clientID) == "" {

@@ -55,11 +55,9 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 		if _, err := s.decide(ctx, Call{Method: "Telemetry", ClientID: m.clientID, Request: cmd}); err != nil {
 			return err
 		}
-		if f := s.precheck(m); f != nil {
-			if err := send(&v2.TelemetryCommand{Status: f.status()}); err != nil {
-				return err
-			}
-			continue
+		if f := s.precheck(ctx, m, cmd); f != nil {
+			// The proxy writes the status and completes the stream.
+			return send(&v2.TelemetryCommand{Status: f.status()})
 		}
 		st := cmd.GetSettings()
 		if st == nil {

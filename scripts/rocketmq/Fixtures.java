@@ -3,8 +3,8 @@
 // RocketMQ tools jars on the class path; scripts/rocketmq.sh does that.
 //
 // fixtures.txt, one per line ('#' starts a comment):
-//   topic <name> normal|lite|fifo|delay|transaction [queues=N]
-//   group <name> [retry=N] [bind=<lite main topic>] [wildcard] [fifo]
+//   topic <name> normal|lite|fifo|delay|transaction [queues=N] [ttl=MINUTES]
+//   group <name> [retry=N] [bind=<lite main topic>] [wildcard] [exclusive] [fifo]
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
@@ -71,6 +71,9 @@ public class Fixtures {
                     case "transaction": attrs.put("+message.type", "TRANSACTION"); break;
                     default: throw new IllegalArgumentException("unknown topic type " + type);
                 }
+                if (opts.containsKey("ttl")) {
+                    attrs.put("+lite.topic.expiration", opts.get("ttl"));
+                }
                 tc.setAttributes(attrs);
                 admin.createAndUpdateTopicConfig(addr, tc);
                 System.out.println("topic " + f[1] + " " + type);
@@ -87,6 +90,9 @@ public class Fixtures {
                 }
                 if (opts.containsKey("wildcard")) {
                     attrs.put("+lite.sub.wildcard", "true");
+                }
+                if (opts.containsKey("exclusive")) {
+                    attrs.put("+lite.sub.model", "Exclusive");
                 }
                 gc.setAttributes(attrs);
                 admin.createAndUpdateSubscriptionGroupConfig(addr, gc);

@@ -1,0 +1,58 @@
+package rmqfake_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+// TestLiteTTL: a lite topic of a main topic with lite.topic.expiration is
+// deleted — unconsumed messages and all — once its last message is older than
+// the TTL and than MinLiteTTL (15 min), by the scan that runs every 2 min
+// from 15 min after start; silently. A main topic without TTL keeps its lite
+// topics; a lite topic deleted comes back with the next message.
+func TestLiteTTL(t *testing.T) {
+	t.Parallel()
+	s, clk := start(t)
+	must(t, s.CreateTopic("t-ttl", rmqfake.TopicLite, rmqfake.LiteTTL(1)))
+	must(t, s.CreateGroup("g-ttl", rmqfake.LiteBind("t-ttl"), rmqfake.Wildcard()))
+	p := producer(t, s)
+	backlog := func(topic, lite string) (int64, bool) {
+		c, ok := s.Stats().Topics[topic].LiteTopics[lite]
+		return c.Backlog, ok
+	}
+	send(t, p, &client.Message{Topic: "t-ttl", LiteTopic: "a", Body: []byte("a1")})
+	send(t, p, &client.Message{Topic: liteTopic, LiteTopic: "a", Body: []byte("kept")})
+	used := s.Stats().StoredBytes
+
+	clk.Advance(14 * time.Minute)
+	send(t, p, &client.Message{Topic: "t-ttl", LiteTopic: "b", Body: []byte("b1")})
+	clk.Advance(time.Minute) // T+15 min: the first scan
+	if _, ok := backlog("t-ttl", "a"); ok {
+		t.Errorf("lite topic a, idle 15 min with a 1 min TTL, was not deleted at the first scan")
+	}
+	if n, ok := backlog("t-ttl", "b"); !ok || n != 1 {
+		t.Errorf("lite topic b, idle 1 min (under MinLiteTTL): backlog %d (held %v), want kept with 1", n, ok)
+	}
+	if n, ok := backlog(liteTopic, "a"); !ok || n != 1 {
+		t.Errorf("a lite topic of a main topic without TTL: backlog %d (held %v), want kept", n, ok)
+	}
+	if now := s.Stats().StoredBytes; now >= used+int64(len("b1"))+rmqfake.MessageOverhead {
+		t.Errorf("stored bytes %d after the deletion, want less than before it plus b1's (%d)", now, used)
+	}
+	clk.Advance(15 * time.Minute) // b idle 16 min: gone at the scan of T+30 min
+	if _, ok := backlog("t-ttl", "b"); ok {
+		t.Errorf("lite topic b still held 16 min after its last message")
+	}
+
+	// The next message brings the lite topic back, for its consumers.
+	send(t, p, &client.Message{Topic: "t-ttl", LiteTopic: "a", Body: []byte("a2")})
+	c := session(t, s, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: "g-ttl",
+		Subscriptions: []client.Subscription{{Topic: "t-ttl"}}, LiteWildcard: true})
+	got := receiveNow(t, c, client.ReceiveRequest{Group: "g-ttl", Topic: "t-ttl", Lite: true, InvisibleDuration: time.Minute, LongPollingTimeout: 5 * time.Second})
+	if fmtSlice(bodies(got)) != "[a2]" {
+		t.Errorf("after the deletion the wildcard group got %v, want only [a2]", bodies(got))
+	}
+}
