@@ -9,7 +9,7 @@ if [ "${1:-}" != "--inner" ]; then
   exec scripts/with-broker.sh "$0" --inner "$@"
 fi
 shift
-for mod in . bench rmqfake/officialclient_test; do
+for mod in . bench rmqfake/officialclient_test integrations/benthos; do
   echo "== go vet ($mod)"
   (cd "$mod" && go vet ./...)
 done
@@ -40,6 +40,12 @@ go test -race -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep -v '^===
 # fails the run on code that is not ours; rmqfake's own tests run under -race.
 echo "== go test (rmqfake/officialclient_test)"
 (cd rmqfake/officialclient_test && go test -count=1 ./...)
+# The Benthos integration (its own module, so that Benthos stays out of the
+# core's go.mod): the examples end to end on rmqfake (one on the real broker
+# too), per-message nacks, rmqflow-connect's lint and list, and a SIGKILL
+# mid-stream.
+echo "== go test (integrations/benthos)"
+(cd integrations/benthos && go test -race -count=1 -timeout 15m ./...)
 # The bench module: the harness's own unit tests (statistics, report, plan)
 # run; the peer tests need RMQFLOW_BENCH=1 (make bench), so the rest is only
 # built and vetted here.

@@ -1,0 +1,130 @@
+package rmqbenthos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"github.com/redpanda-data/benthos/v4/public/service"
+
+	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+// TestNackRedeliversOnlyThatMessage: eight messages, each in a lite topic of
+// its own, reach the output in one batch; the output fails one of them (a
+// Benthos batch error naming it). That one is deferred on the broker (one
+// ChangeInvisibleDuration of nack_backoff) and comes back; the other seven
+// are acked and never seen again. Once straight from the input's batches,
+// once through a broker input that batches them into one (Benthos then maps
+// the error back onto the input's own batches).
+func TestNackRedeliversOnlyThatMessage(t *testing.T) {
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			s := fake(t)
+			ctx := rmqtest.Context(t, time.Minute)
+			prefix := rmqtest.Unique("bnk")
+			var mu sync.Mutex
+			deferrals := map[string]int{} // lite topic -> deferrals shorter than the invisible duration
+			s.Intercept("ChangeInvisibleDuration", func(c rmqfake.Call) rmqfake.Verdict {
+				req := c.Request.(*v2.ChangeInvisibleDurationRequest)
+				if req.GetInvisibleDuration().AsDuration() < 30*time.Second {
+					mu.Lock()
+					deferrals[req.GetLiteTopic()]++
+					mu.Unlock()
+				}
+				return rmqfake.Verdict{}
+			})
+			var recs []rmqflow.Record
+			for i := 0; i < 8; i++ {
+				recs = append(recs, rmqflow.Record{LiteTopic: fmt.Sprintf("%s-%d", prefix, i), Body: []byte(fmt.Sprintf("b%d", i))})
+			}
+			send(t, ctx, s.Addr(), reqTopic, recs...)
+			rocketmq := func(pad string) string {
+				return strings.ReplaceAll(`rocketmq:
+  endpoints: ${EP}
+  lite:
+    - topic: `+reqTopic+`
+      group: `+reqGroup+`
+  batch_size: 8
+  nack_backoff: 1s
+  invisible_duration: 60s`, "\n", "\n"+pad)
+			}
+			in := rocketmq("")
+			if batched {
+				in = "broker:\n  inputs:\n    - " + rocketmq("      ") + "\n  batching:\n    count: 8\n    period: 10s\n"
+			}
+			var (
+				seen      = map[string][]string{} // body -> delivery attempts seen
+				sizes     []int
+				redeliver = make(chan struct{})
+			)
+			bad := "b3"
+			runInput(t, in, map[string]string{"EP": s.Addr()}, func(ctx context.Context, batch service.MessageBatch) error {
+				mu.Lock()
+				defer mu.Unlock()
+				sizes = append(sizes, len(batch))
+				var berr *service.BatchError
+				for i, m := range batch {
+					b, _ := m.AsBytes()
+					attempt, _ := m.MetaGet("rocketmq_delivery_attempt")
+					seen[string(b)] = append(seen[string(b)], attempt)
+					switch {
+					case string(b) != bad:
+					case len(seen[bad]) == 1:
+						if berr == nil {
+							berr = service.NewBatchError(batch, errors.New("one message failed"))
+						}
+						berr.Failed(i, errors.New("the output refused it"))
+					case len(seen[bad]) == 2:
+						close(redeliver)
+					}
+				}
+				if berr != nil {
+					return berr
+				}
+				return nil
+			})
+			select {
+			case <-redeliver:
+			case <-ctx.Done():
+				t.Fatal("the failed message never came back")
+			}
+			waitFor(t, 10*time.Second, "all eight acked", func() bool {
+				c := s.Stats().Groups[reqGroup]
+				return c.Acked >= 8 && c.InFlight == 0
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("batch sizes %v, seen %v", sizes, seen)
+			for i := 0; i < 8; i++ {
+				b := fmt.Sprintf("b%d", i)
+				want := 1
+				if b == bad {
+					want = 2
+				}
+				if len(seen[b]) != want {
+					t.Errorf("%s delivered %d times, want %d", b, len(seen[b]), want)
+				}
+			}
+			for lite, n := range deferrals {
+				if lite != prefix+"-3" || n != 1 {
+					t.Errorf("deferrals: %v, want one, of %s-3", deferrals, prefix)
+					break
+				}
+			}
+			if len(deferrals) != 1 {
+				t.Errorf("deferrals: %v, want one, of %s-3", deferrals, prefix)
+			}
+			if batched && sizes[0] != 8 {
+				t.Errorf("the broker input's first batch had %d messages, want 8", sizes[0])
+			}
+		})
+	}
+}
