@@ -127,7 +127,11 @@ func (b *bench) reportTo(w io.Writer) {
 		fmt.Fprintf(w, "The run was interrupted and resumed (`-resume`) at %s; the broker may have been restarted in between. %d of its %d runs were recorded before the last resumption and are kept as recorded; a step cut short ran again whole; the duration above is the last part's.\n\n",
 			strings.Join(at, ", "), b.restored, len(b.runs))
 		if len(slices.Compact(slices.Clone(b.commits))) > 1 {
-			fmt.Fprintf(w, "**The parts measured different code**: commits %s, in order.\n\n", strings.Join(b.commits, ", "))
+			if changed := measuredChanges(b.cfg.repo, b.commits, b.cfg.emulator); len(changed) > 0 {
+				fmt.Fprintf(w, "**The parts measured different code**: commits %s, in order; what differs: %s.\n\n", strings.Join(b.commits, ", "), strings.Join(changed, ", "))
+			} else {
+				fmt.Fprintf(w, "The parts ran on commits %s, in order, which differ only in files the benchmark does not measure (tests, documentation, the emulator in a broker run, the integrations).\n\n", strings.Join(b.commits, ", "))
+			}
 		}
 	}
 	fmt.Fprintf(w, "- Machine: %s/%s, %d CPUs, host %s, %s; peers and broker share it.\n", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), host, runtime.Version())

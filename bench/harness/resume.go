@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -43,6 +44,44 @@ func commitOf(repo string) string {
 		c += "+dirty"
 	}
 	return c
+}
+
+// measuredChanges lists what the benchmark measures that differs between
+// the checkouts named by commits (as commitOf writes them): files of the
+// core package (the Go files at the top), client/, internal/, the bench
+// module, the module files, the broker's scripts, and rmqfake when the run
+// uses the emulator; tests and documents excepted. A dirty or unknown
+// checkout, or a git that cannot answer, is listed as such. Empty: the parts
+// measured the same code.
+func measuredChanges(repo string, commits []string, emulator bool) []string {
+	paths := []string{":(glob)*.go", "go.mod", "go.sum", "client", "internal", "bench", "scripts/rocketmq.sh", "scripts/rocketmq",
+		":(exclude,glob)**/*_test.go", ":(exclude,glob)*_test.go", ":(exclude,glob)**/*.md"}
+	if emulator {
+		paths = append(paths, "rmqfake")
+	}
+	var out []string
+	for i := 1; i < len(commits); i++ {
+		a, b := commits[i-1], commits[i]
+		if a == b {
+			continue
+		}
+		if a == "unknown" || b == "unknown" || strings.HasSuffix(a, "+dirty") || strings.HasSuffix(b, "+dirty") {
+			out = append(out, "(a checkout with uncommitted or unknown changes)")
+			continue
+		}
+		args := append([]string{"-C", repo, "diff", "--name-only", a, b, "--"}, paths...)
+		names, err := exec.Command("git", args...).Output()
+		if err != nil {
+			out = append(out, fmt.Sprintf("(git cannot compare %.12s and %.12s)", a, b))
+			continue
+		}
+		for _, n := range strings.Fields(string(names)) {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 const runFileName = "run.json"
