@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -31,7 +32,11 @@ type SinkConfig struct {
 	// MaxAttempts bounds the tries of a record that fails with a retriable
 	// error. Default 3.
 	MaxAttempts int
-	// Concurrency is the most SendMessage calls in flight. Default 4.
+	// Concurrency is the number of senders, each sending one batch at a
+	// time (the lite records of a batch go one per call, up to 16 lite
+	// topics at once). All records of one lite topic, and all of one
+	// message group, go through the same sender, one call after another.
+	// Default 4.
 	Concurrency int
 	// BatchSize caps the records of one SendMessage (lite records always go
 	// one per call; docs/broker-semantics.md, scenario k). Default 32.
@@ -125,6 +130,14 @@ var ErrSinkClosed = errors.New("rmqflow: sink closed")
 // retries. Errors are per record; one bad record never fails another. Each
 // record gets its message id when Write accepts it, and every retry sends it
 // under that id.
+//
+// Records of one lite topic, or of one message group, keep their order: one
+// written after another's Write returned is stored after it. They go through
+// one sender, which sends a record only once every earlier record of its lite
+// topic or group has its result, retries included. A record that fails for
+// good leaves a gap (its future reports the error); the records after it are
+// still sent. Records with neither are sent by whichever sender is free, in
+// no particular order.
 type Sink struct {
 	cfg     SinkConfig
 	c       *client.Client
@@ -134,7 +147,9 @@ type Sink struct {
 	closed  bool
 	closing chan struct{} // closed when Close begins: blocked Writes give up
 	writers sync.WaitGroup
-	in      chan pendingSend // closed by Close once no Write can send on it
+	in      chan pendingSend   // records with no order key; closed by Close once no Write can send on it
+	keyed   []chan pendingSend // per sender: the records of the lite topics and groups hashed to it
+	seed    maphash.Seed
 	pending sync.WaitGroup
 	workers sync.WaitGroup
 	// sendCtx bounds every SendMessage and retry wait; Close cancels it when
@@ -163,13 +178,14 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, c: c, metrics: newMetrics(cfg.Meter), in: make(chan pendingSend, cfg.BatchSize*cfg.Concurrency),
-		closing: make(chan struct{})}
+		keyed: make([]chan pendingSend, cfg.Concurrency), seed: maphash.MakeSeed(), closing: make(chan struct{})}
 	s.sendCtx, s.cancelSend = context.WithCancelCause(context.Background())
-	for i := 0; i < cfg.Concurrency; i++ {
+	for i := range s.keyed {
+		s.keyed[i] = make(chan pendingSend, cfg.BatchSize)
 		s.workers.Add(1)
 		go func() {
 			defer s.workers.Done()
-			s.worker()
+			s.worker(s.keyed[i])
 		}()
 	}
 	return s, nil
@@ -201,13 +217,14 @@ func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 	m.MessageID = client.NewMessageID()
 	f.id = m.MessageID // set before the record is queued: the sender writes f next
 	p := pendingSend{msg: m, f: f}
+	q := s.queueOf(m)
 	select {
-	case s.in <- p: // room in the queue: accepted even if Close has begun
+	case q <- p: // room in the queue: accepted even if Close has begun
 		return f
 	default:
 	}
 	select {
-	case s.in <- p:
+	case q <- p:
 	case <-ctx.Done():
 		f.id, f.err = "", ctx.Err()
 		close(f.done)
@@ -218,6 +235,19 @@ func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 		s.pending.Done()
 	}
 	return f
+}
+
+// queueOf is the queue of m: its sender's own queue when m has a lite topic
+// or a message group (its order key), else the queue every sender takes from.
+func (s *Sink) queueOf(m *client.Message) chan pendingSend {
+	key := m.LiteTopic
+	if key == "" {
+		key = m.MessageGroup
+	}
+	if key == "" {
+		return s.in
+	}
+	return s.keyed[maphash.String(s.seed, key)%uint64(len(s.keyed))]
 }
 
 // Send writes recs and waits for all their results, in order.
@@ -269,6 +299,9 @@ func (s *Sink) Close(ctx context.Context) error {
 	// have, nothing sends on s.in and it can be closed.
 	s.writers.Wait()
 	close(s.in)
+	for _, q := range s.keyed {
+		close(q)
+	}
 	err := s.Flush(ctx)
 	if err != nil {
 		s.cancelSend(fmt.Errorf("%w: Close's context ended before the record was sent (%v)", ErrSinkClosed, err))
@@ -278,31 +311,116 @@ func (s *Sink) Close(ctx context.Context) error {
 	return errors.Join(err, s.c.Close(ctx))
 }
 
-func (s *Sink) worker() {
+// worker is one sender: it takes records from the shared queue and from its
+// own (own), collects a batch for up to Linger and sends it, retries
+// included, before it takes the next: so a record of a lite topic or group
+// leaves only after the earlier ones of its key have their results.
+func (s *Sink) worker(own <-chan pendingSend) {
+	in := (<-chan pendingSend)(s.in)
 	batch := make([]pendingSend, 0, s.cfg.BatchSize)
-	for first := range s.in {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for in != nil || own != nil {
+		var first pendingSend
+		select {
+		case p, ok := <-in:
+			if !ok {
+				in = nil
+				continue
+			}
+			first = p
+		case p, ok := <-own:
+			if !ok {
+				own = nil
+				continue
+			}
+			first = p
+		}
 		batch = append(batch[:0], first)
-		timer := time.NewTimer(s.cfg.Linger)
+		timer.Reset(s.cfg.Linger)
 	collect:
-		for len(batch) < s.cfg.BatchSize {
+		for len(batch) < s.cfg.BatchSize && (in != nil || own != nil) {
 			select {
-			case p, ok := <-s.in:
+			case p, ok := <-in:
 				if !ok {
-					break collect
+					in = nil
+					continue
+				}
+				batch = append(batch, p)
+			case p, ok := <-own:
+				if !ok {
+					own = nil
+					continue
 				}
 				batch = append(batch, p)
 			case <-timer.C:
 				break collect
 			}
 		}
-		timer.Stop()
+		timer.Stop() // Go 1.23+ timers: no stale tick survives Stop
 		s.send(batch)
 	}
 }
 
-// send sends one batch, retrying the records that failed retriably, each
-// under the id Write gave it.
+// liteChains is the most lite topics of one batch a sender sends at once.
+const liteChains = 16
+
+// send sends one batch and returns when every record of it has its result.
+// Lite records go one per call (docs/broker-semantics.md, scenario k): those
+// of one lite topic one after another, each with its retries before the next,
+// different lite topics concurrently. The other records go together.
 func (s *Sink) send(batch []pendingSend) {
+	var (
+		plain  []pendingSend
+		chains map[string][]pendingSend
+		order  []string
+	)
+	for _, p := range batch {
+		lt := p.msg.LiteTopic
+		if lt == "" {
+			plain = append(plain, p)
+			continue
+		}
+		if chains == nil {
+			chains = map[string][]pendingSend{}
+		}
+		if _, ok := chains[lt]; !ok {
+			order = append(order, lt)
+		}
+		chains[lt] = append(chains[lt], p)
+	}
+	sendChain := func(chain []pendingSend) {
+		for _, p := range chain {
+			s.sendRetrying([]pendingSend{p})
+		}
+	}
+	if len(order) == 1 && len(plain) == 0 {
+		sendChain(chains[order[0]])
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, liteChains)
+	for _, lt := range order {
+		chain := chains[lt]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			sendChain(chain)
+		}()
+	}
+	if len(plain) > 0 {
+		s.sendRetrying(plain)
+	}
+	wg.Wait()
+}
+
+// sendRetrying sends records in one call, retrying those that failed
+// retriably, each under the id Write gave it, in their order. A
+// multi-message SendMessage is stored as one batch, all or nothing (the
+// proxy answers it with one entry), so a retried record never follows a
+// later one of its message group into the store.
+func (s *Sink) sendRetrying(batch []pendingSend) {
 	ctx := s.sendCtx
 	todo := batch
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
@@ -324,7 +442,7 @@ func (s *Sink) send(batch []pendingSend) {
 			// One bad record fails a whole request: isolate it by sending
 			// each record on its own.
 			for _, p := range todo {
-				s.send([]pendingSend{p})
+				s.sendRetrying([]pendingSend{p})
 			}
 			return
 		}

@@ -44,12 +44,11 @@ func realBroker(t *testing.T) string {
 	return ep
 }
 
-// send sends recs to topic, in order: one SendMessage at a time (a Sink
-// with more sends in flight may store the records of one lite topic in
-// another order than they were written).
+// send sends recs to topic; the records of each lite topic are stored in
+// the order given (rmqflow.Sink keeps a lite topic's order).
 func send(t *testing.T, ctx context.Context, endpoint, topic string, recs ...rmqflow.Record) {
 	t.Helper()
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: endpoint}, Topic: topic, Concurrency: 1})
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: endpoint}, Topic: topic})
 	if err != nil {
 		t.Fatal(err)
 	}
