@@ -36,7 +36,9 @@ const (
 	// ShutdownRelease starts no new message once Run's context ends, waits
 	// for the handlers in flight and their acks, then gives every message
 	// not started back to the group (visible again after ReleaseDelay) and
-	// closes the source. The default.
+	// closes the source. A handler that releases or defers its message
+	// during the shutdown (for instance when ShutdownTimeout cancelled its
+	// context) gives it at least ReleaseDelay too. The default.
 	ShutdownRelease ShutdownMode = iota
 	// ShutdownFinish stops receiving and handles every message already
 	// fetched before returning.
@@ -225,8 +227,10 @@ func (r *Runner[T]) SetThrottle(t *Throttle[T]) {
 // and acked: dropped. Call it before Run.
 func (r *Runner[T]) SetDeadLetter(f DeadLetterFunc[T]) { r.deadLetter = f }
 
-// NewRunner builds a runner over src, which must not have started (Run
-// starts it). It turns on src's leases (SourceConfig.Leases, with its
+// NewRunner builds a runner over src, which must not have started yet. Run
+// starts it; or start it yourself after NewRunner, to learn at once whether it
+// could (an unknown topic or group, a refused subscription), and Run then
+// runs the started source. NewRunner turns on src's leases (SourceConfig.Leases, with its
 // defaults unless set): every message the runner holds — waiting behind its
 // lite topic's head, in its handler, or waiting for its ack's answer — is
 // renewed RenewalAheadTime before its invisibility ends, up to
@@ -262,13 +266,15 @@ func (c RunnerConfig) ErrorBackoffFor(attempt int32) time.Duration {
 	return min(max(d, 0), c.ErrorBackoffMax)
 }
 
-// Run starts the source and handles messages until ctx ends, then shuts down
-// as RunnerConfig.Shutdown says and closes the source. It returns nil after a
-// clean shutdown, or the error that stopped it (such as a permanent error of
-// the source).
+// Run starts the source (unless it runs already: see NewRunner) and handles
+// messages until ctx ends, then shuts down as RunnerConfig.Shutdown says and
+// closes the source. It returns nil after a clean shutdown, or the error that
+// stopped it (such as a permanent error of the source).
 func (r *Runner[T]) Run(ctx context.Context) error {
-	if err := r.src.Start(ctx); err != nil {
-		return errors.Join(err, r.src.Close(context.WithoutCancel(ctx)))
+	if !r.src.isRunning() {
+		if err := r.src.Start(ctx); err != nil {
+			return errors.Join(err, r.src.Close(context.WithoutCancel(ctx)))
+		}
 	}
 	acker := r.src.Acker()
 	d := &dispatcher[T]{r: r, acker: acker, runCtx: ctx, buffered: make(chan struct{}, r.cfg.MaxHeld)}
@@ -389,7 +395,15 @@ pull:
 	close(d.ready)
 	d.mu.Unlock()
 	d.wg.Wait()
-	errs = append(errs, r.src.Close(sctx))
+	// A handler cut off by the timeout may have released its message just
+	// now, and the source may have received it again meanwhile: closing the
+	// source gives such messages back, which needs a live context too.
+	cctx, ccancel := sctx, context.CancelFunc(func() {})
+	if sctx.Err() != nil {
+		cctx, ccancel = context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
+	}
+	errs = append(errs, r.src.Close(cctx))
+	ccancel()
 	return errors.Join(errs...)
 }
 
@@ -680,6 +694,12 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 		return d.deadLetterMsg(actx, hctx, m, cause, valve)
 	}
 	delay := min(dec.delay, r.cfg.ErrorValves.MaxDeferDuration)
+	if d.runCtx.Err() != nil && delay < ReleaseDelay {
+		// Shutting down: the source still polls until it closes, and a
+		// message visible at once would be received again and could be cut
+		// off in transit (see ReleaseDelay).
+		delay = ReleaseDelay
+	}
 	if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, delay); err != nil {
 		r.src.log.Warn("rmqflow: runner could not defer a message; it comes back when its invisibility ends",
 			"handle", m.Handle.String(), "err", err)

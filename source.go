@@ -364,6 +364,13 @@ func (s *Source[T]) useLeases() error {
 	return nil
 }
 
+// isRunning reports whether Start has succeeded (and Close not yet begun).
+func (s *Source[T]) isRunning() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running && !s.closed
+}
+
 // Start opens one consumer session per binding (a lite source keeps its
 // wildcard subscription fresh), checks that each topic has a route, and
 // starts the fetch and renewal goroutines. ctx bounds the start only; stop
