@@ -166,15 +166,20 @@ func hasControl(s string) bool {
 	return false
 }
 
-// reservedProps are property names the broker keeps for itself
-// (MessageConst.STRING_HASH_SET, the ones a client could plausibly use).
+// reservedProps are the property names the 5.5.0 proxy refuses as user
+// properties (its MessageConst system keys); it takes INNER_MULTI_DISPATCH,
+// LITE_TOPIC and __STARTDELIVERTIME (client.TestSystemPropertiesAreRefused
+// compares both targets).
 var reservedProps = map[string]bool{
 	"KEYS": true, "TAGS": true, "WAIT": true, "DELAY": true, "RETRY_TOPIC": true, "REAL_TOPIC": true,
 	"REAL_QID": true, "TRAN_MSG": true, "PGROUP": true, "MIN_OFFSET": true, "MAX_OFFSET": true,
 	"BUYER_ID": true, "ORIGIN_MESSAGE_ID": true, "TRANSFER_FLAG": true, "CORRECTION_FLAG": true,
 	"MQ2_FLAG": true, "RECONSUME_TIME": true, "MSG_REGION": true, "TRACE_ON": true, "UNIQ_KEY": true,
-	"MAX_RECONSUME_TIMES": true, "CONSUME_START_TIME": true, "POP_CK": true, "POP_CK_OFFSET": true,
-	"1ST_POP_TIME": true, "SHARDING_KEY": true, "__STARTDELIVERTIME": true, "TIMER_DELIVER_MS": true,
-	"TIMER_DELAY_SEC": true, "TIMER_DELAY_MS": true, "INNER_MULTI_DISPATCH": true,
-	"INNER_MULTI_QUEUE_OFFSET": true, "LITE_TOPIC": true, "__BORNHOST": true,
+	"EXTEND_UNIQ_INFO": true, "MAX_RECONSUME_TIMES": true, "CONSUME_START_TIME": true,
+	"TRAN_PREPARED_QUEUE_OFFSET": true, "DUP_INFO": true, "INSTANCE_ID": true, "CORRELATION_ID": true,
+	"REPLY_TO_CLIENT": true, "TTL": true, "ARRIVE_TIME": true, "PUSH_REPLY_TIME": true, "CLUSTER": true,
+	"MSG_TYPE": true, "POP_CK": true, "POP_CK_OFFSET": true, "1ST_POP_TIME": true,
+	"INNER_MULTI_QUEUE_OFFSET": true, "TIMER_DELAY_SEC": true, "TIMER_DELIVER_MS": true,
+	"TIMER_ENQUEUE_MS": true, "TIMER_DEQUEUE_MS": true, "TIMER_ROLL_TIMES": true, "TIMER_OUT_MS": true,
+	"TIMER_DEL_UNIQKEY": true, "TIMER_DELAY_LEVEL": true, "__BORNHOST": true, "BORN_TIMESTAMP": true,
 }

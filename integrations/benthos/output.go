@@ -10,6 +10,7 @@ import (
 	"github.com/redpanda-data/benthos/v4/public/service"
 
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/client"
 )
 
 func outputSpec() *service.ConfigSpec {
@@ -32,7 +33,7 @@ Lite messages go one per SendMessage call (the 5.5.0 broker loses lite messages 
 			service.NewInterpolatedStringField("keys").Description("The message's keys, separated by spaces; empty for none.").Default(""),
 			service.NewInterpolatedStringField("message_group").Description("The FIFO message group; empty for none.").Default("").Advanced(),
 			service.NewInterpolatedStringMapField("properties").Description("User properties to set on each message.").Default(map[string]any{}),
-			service.NewMetadataFilterField("metadata").Description("Which metadata keys of each message to send as user properties (none unless set; `"+MetaHandle+"` and the other `rocketmq_` keys never are).").Optional(),
+			service.NewMetadataFilterField("metadata").Description("Which metadata keys of each message to send as user properties (none unless set; `"+MetaHandle+"` and the other `rocketmq_` keys never are, nor the properties the broker reserves, such as the `INNER_MULTI_DISPATCH` of a received lite message).").Optional(),
 			service.NewIntField("max_attempts").Description("The tries of a send that fails with a retriable error, all under one message id.").Default(rmqflow.DefaultSinkMaxAttempts),
 			service.NewOutputMaxInFlightField().Default(64),
 			service.NewBatchPolicyField("batching"),
@@ -197,7 +198,7 @@ func (o *output) record(msg *service.Message) (string, rmqflow.Record, error) {
 	}
 	if o.metadata != nil {
 		_ = o.metadata.Walk(msg, func(k, v string) error {
-			if !strings.HasPrefix(k, "rocketmq_") {
+			if !strings.HasPrefix(k, "rocketmq_") && !client.IsSystemProperty(k) {
 				rec.Properties[k] = v
 			}
 			return nil
