@@ -303,6 +303,13 @@ func (b *broker) trimLite(lq *liteQueue) {
 	if lq.c0.g == nil {
 		return // no group reads it (yet)
 	}
+	for _, g := range lq.main.liteWanted[lq.name] {
+		if lq.cursorOf(g) == nil {
+			// A group that subscribed this lite topic has not read it yet:
+			// when it does, it starts at its first message, as on the broker.
+			return
+		}
+	}
 	low := lq.q.end()
 	for c := range lq.all() {
 		low = min(low, c.ord.committed)

@@ -225,6 +225,11 @@ type topic struct {
 	liteSeq int64
 	// liteTTL is lite.topic.expiration in ms; 0: never (ttl.go).
 	liteTTL int64
+	// liteWanted lists, per lite topic, the exact groups whose clients ever
+	// subscribed it: its messages are kept until each of them read them
+	// (trimLite), so that a group whose subscriber came and went before the
+	// messages did still starts at the first one, as on the broker.
+	liteWanted map[string][]*group
 	// consumers are the groups reading the queues with normal or FIFO pops.
 	consumers map[*group]*groupTopic
 	waiters   map[*waiter]struct{}

@@ -3,6 +3,7 @@ package rmqfake
 import (
 	"context"
 	"net"
+	"slices"
 	"strconv"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -138,6 +139,7 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 				notices = append(notices, b.takeOver(m.clientID, g, t, lt)...)
 			}
 			sub.add(lt)
+			b.wantLite(t, g, lt)
 			// A lite topic that does not exist yet is not created (the
 			// broker skips LMQs that are not active): it gets the exact
 			// subscriber's position when its first message comes.
@@ -162,6 +164,7 @@ func (b *broker) syncLite(m callMeta, req *v2.SyncLiteSubscriptionRequest) *fail
 		} else {
 			for _, lt := range req.GetLiteTopicSet() {
 				sub.add(lt)
+				b.wantLite(t, g, lt)
 			}
 		}
 	case v2.LiteSubscriptionAction_COMPLETE_REMOVE:
@@ -223,6 +226,18 @@ func sendNotices(ns []notice) {
 				NotifyUnsubscribeLiteCommand: &v2.NotifyUnsubscribeLiteCommand{LiteTopic: n.lite}}})
 		}
 	}()
+}
+
+// wantLite records that exact group g subscribed lite topic lt of main topic
+// t (topic.liteWanted). Call it with b.mu held.
+func (b *broker) wantLite(t *topic, g *group, lt string) {
+	if slices.Contains(t.liteWanted[lt], g) {
+		return
+	}
+	if t.liteWanted == nil {
+		t.liteWanted = map[string][]*group{}
+	}
+	t.liteWanted[lt] = append(t.liteWanted[lt], g)
 }
 
 func (s *liteSub) add(name string) {
