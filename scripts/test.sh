@@ -9,7 +9,7 @@ if [ "${1:-}" != "--inner" ]; then
   exec scripts/with-broker.sh "$0" --inner "$@"
 fi
 shift
-for mod in . bench rmqfake/officialclient_test integrations/benthos; do
+for mod in . bench rmqfake/officialclient_test integrations/benthos integrations/watermill; do
   echo "== go vet ($mod)"
   (cd "$mod" && go vet ./...)
 done
@@ -46,6 +46,11 @@ echo "== go test (rmqfake/officialclient_test)"
 # mid-stream.
 echo "== go test (integrations/benthos)"
 (cd integrations/benthos && go test -race -count=1 -timeout 15m ./...)
+# The Watermill Pub/Sub (its own module too): Watermill's own Pub/Sub suite
+# on rmqfake (lite and simple mode) and on the real broker (lite mode),
+# nack/close/dead-letter semantics, and a Router with Retry and PoisonQueue.
+echo "== go test (integrations/watermill)"
+(cd integrations/watermill && go test -race -count=1 -timeout 15m ./...)
 # The bench module: the harness's own unit tests (statistics, report, plan)
 # run; the peer tests need RMQFLOW_BENCH=1 (make bench), so the rest is only
 # built and vetted here.

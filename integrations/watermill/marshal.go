@@ -1,0 +1,128 @@
+package rmqwatermill
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/client"
+)
+
+// Metadata keys of received messages. They describe the delivery the message
+// came from; DefaultMarshaler sends none of them on, except MetaTag, MetaKeys
+// and MetaMessageGroup, which a forwarded message keeps.
+const (
+	MetaTopic           = "rocketmq_topic"
+	MetaLiteTopic       = "rocketmq_lite_topic"
+	MetaMessageID       = "rocketmq_message_id"
+	MetaTag             = "rocketmq_tag"
+	MetaKeys            = "rocketmq_keys" // space-separated
+	MetaMessageGroup    = "rocketmq_message_group"
+	MetaDeliveryAttempt = "rocketmq_delivery_attempt"
+	MetaBornTime        = "rocketmq_born_time"  // RFC 3339, UTC
+	MetaStoreTime       = "rocketmq_store_time" // RFC 3339, UTC
+	MetaBornHost        = "rocketmq_born_host"
+	MetaDeadLettered    = "rocketmq_dead_lettered" // "true" for a copy read from a %DLQ% topic
+	// MetaHandle is the receipt handle as JSON (rmqflow.ReceiptHandle's
+	// MarshalJSON): another process can ack the message with it through an
+	// rmqflow.AckPool. It holds no credential.
+	MetaHandle = "rocketmq_handle"
+)
+
+// UUIDProperty is the user property that carries a Watermill message's UUID.
+// A message without it (sent by another producer) gets its RocketMQ message
+// id as UUID.
+const UUIDProperty = "_watermill_message_uuid"
+
+const metaPrefix = "rocketmq_"
+
+// Marshaler turns a Watermill message into an rmqflow record.
+type Marshaler interface {
+	Marshal(topic string, msg *message.Message) (rmqflow.Record, error)
+}
+
+// Unmarshaler turns a received message into a Watermill message.
+type Unmarshaler interface {
+	Unmarshal(m *rmqflow.AckableMessage[[]byte]) (*message.Message, error)
+}
+
+// DefaultMarshaler is the Marshaler and Unmarshaler the Publisher and
+// Subscriber use unless told otherwise. The payload is the body; metadata
+// are user properties, except the keys starting with "rocketmq_" and the
+// properties the broker reserves (client.IsSystemProperty, such as the
+// INNER_MULTI_DISPATCH a received lite message carries): of the "rocketmq_"
+// keys, MetaTag, MetaKeys and MetaMessageGroup set the message's tag, keys
+// and message group, and the others (which describe a received delivery)
+// are dropped, as are the broker's. The UUID travels in UUIDProperty. Received messages get every user
+// property as metadata, plus the Meta* keys.
+type DefaultMarshaler struct {
+	// WithHandle sets MetaHandle on received messages (off by default: the
+	// Subscriber acks them itself when the handler calls Ack).
+	WithHandle bool
+}
+
+// Marshal implements Marshaler.
+func (DefaultMarshaler) Marshal(_ string, msg *message.Message) (rmqflow.Record, error) {
+	rec := rmqflow.Record{Body: msg.Payload, Properties: make(map[string]string, len(msg.Metadata)+1)}
+	for k, v := range msg.Metadata {
+		switch {
+		case k == MetaTag:
+			rec.Tag = v
+		case k == MetaKeys:
+			rec.Keys = strings.Fields(v)
+		case k == MetaMessageGroup:
+			rec.MessageGroup = v
+		case strings.HasPrefix(k, metaPrefix), client.IsSystemProperty(k):
+		case k == UUIDProperty:
+			return rec, fmt.Errorf("rmqwatermill: metadata key %q is reserved for the message's UUID", k)
+		default:
+			rec.Properties[k] = v
+		}
+	}
+	rec.Properties[UUIDProperty] = msg.UUID
+	return rec, nil
+}
+
+// Unmarshal implements Unmarshaler.
+func (d DefaultMarshaler) Unmarshal(m *rmqflow.AckableMessage[[]byte]) (*message.Message, error) {
+	meta := m.Meta
+	uuid := meta.Properties[UUIDProperty]
+	if uuid == "" {
+		uuid = meta.MessageID
+	}
+	msg := message.NewMessage(uuid, m.Value)
+	for k, v := range meta.Properties {
+		if k != UUIDProperty {
+			msg.Metadata.Set(k, v)
+		}
+	}
+	msg.Metadata.Set(MetaTopic, meta.Topic)
+	msg.Metadata.Set(MetaMessageID, meta.MessageID)
+	msg.Metadata.Set(MetaDeliveryAttempt, strconv.Itoa(int(meta.DeliveryAttempt)))
+	for k, v := range map[string]string{MetaLiteTopic: meta.LiteTopic, MetaTag: meta.Tag, MetaKeys: strings.Join(meta.Keys, " "),
+		MetaMessageGroup: meta.MessageGroup, MetaBornHost: meta.BornHost} {
+		if v != "" {
+			msg.Metadata.Set(k, v)
+		}
+	}
+	for k, t := range map[string]time.Time{MetaBornTime: meta.BornTime, MetaStoreTime: meta.StoreTime} {
+		if !t.IsZero() {
+			msg.Metadata.Set(k, t.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	if meta.DeadLettered() {
+		msg.Metadata.Set(MetaDeadLettered, "true")
+	}
+	if d.WithHandle {
+		b, err := m.Handle.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("rmqwatermill: serializing the receipt handle of %s: %w", meta.MessageID, err)
+		}
+		msg.Metadata.Set(MetaHandle, string(b))
+	}
+	return msg, nil
+}

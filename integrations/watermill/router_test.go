@@ -1,0 +1,104 @@
+package rmqwatermill_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
+)
+
+// TestRouterRetryAndPoisonQueue runs the Router of docs/watermill.md: the
+// Retry middleware re-runs a failed handler in process (a transient failure
+// heals without the broker), and PoisonQueue sends what still fails to a
+// poison lite topic with the reason, and acks it there; a handler error
+// without PoisonQueue would Nack, a deferral on the broker. Every message
+// ends handled or parked: none lost, none redelivered for ever.
+func TestRouterRetryAndPoisonQueue(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	tg := fakeTarget(t, rmqflow.ModeLite)
+	group := tg.group(t, "router-g")
+	orders, poison := rmqtest.Unique("orders"), rmqtest.Unique("poison")
+	pub := tg.publisher(t)
+	defer pub.Close()
+	sub := tg.subscriber(t, group)
+	defer sub.Close()
+
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := middleware.PoisonQueue(pub, poison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddMiddleware(pq, middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware)
+
+	var mu sync.Mutex
+	runs := map[string]int{}
+	handled := map[string]bool{}
+	afterDone := make(chan struct{})
+	router.AddNoPublisherHandler("orders", orders, sub, func(m *message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		body := string(m.Payload)
+		runs[body]++
+		switch {
+		case body == "flaky" && runs[body] == 1:
+			return errors.New("flaky: first try fails")
+		case body == "bad":
+			return errors.New("bad: always fails")
+		}
+		if body == "after" && !handled[body] {
+			close(afterDone)
+		}
+		handled[body] = true
+		return nil
+	})
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(ctx) }()
+	<-router.Running()
+
+	publish(t, pub, orders, "ok", "flaky", "bad", "after")
+
+	psub := tg.subscriber(t, group)
+	defer psub.Close()
+	pch, err := psub.Subscribe(ctxT(t), poison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked := receive(t, pch, 30*time.Second)
+	if string(parked.Payload) != "bad" || parked.Metadata.Get(middleware.ReasonForPoisonedKey) == "" ||
+		parked.Metadata.Get(middleware.PoisonedTopicKey) != orders {
+		t.Fatalf("poison queue got %q with metadata %v", parked.Payload, parked.Metadata)
+	}
+	parked.Ack()
+	// "after" follows "bad" on its lite topic: once it is handled, "bad" was
+	// settled (parked and acked), not left to block its lite topic.
+	select {
+	case <-afterDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message after the poisoned one was never handled")
+	}
+	cancel()
+	if err := <-routerDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !handled["ok"] || !handled["flaky"] || handled["bad"] {
+		t.Fatalf("handled %v", handled)
+	}
+	if runs["ok"] != 1 || runs["flaky"] != 2 || runs["bad"] != 3 {
+		t.Fatalf("handler runs %v; want ok 1, flaky 2 (one in-process retry), bad 3 (two retries, then the poison queue)", runs)
+	}
+}

@@ -1,0 +1,285 @@
+package rmqwatermill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/rmqflow/rmqflow"
+)
+
+// Defaults of SubscriberConfig.
+const (
+	DefaultNackBackoff    = 100 * time.Millisecond
+	DefaultNackBackoffMax = 10 * time.Second
+	DefaultCloseTimeout   = 30 * time.Second
+)
+
+// closeTimeout bounds Publisher.Close.
+const closeTimeout = DefaultCloseTimeout
+
+// ErrNacked is the cause the Subscriber reports for a message its handler
+// nacked (for instance to DeadLetter, once a valve fired).
+var ErrNacked = errors.New("rmqwatermill: the handler nacked the message")
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// Source is the template of every subscription's rmqflow source: the
+	// connection and the tuning (InvisibleDuration, AwaitDuration,
+	// MaxMessageNum, FetchConcurrency, RenewalAheadTime, ...). Its Mode says
+	// what a Watermill topic is:
+	//
+	//   - ModeLite (the default): a lite topic. Source.Lite holds exactly one
+	//     binding, the LITE main topic and a lite group bound to it that is
+	//     not a wildcard group, with no LiteTopics: each Subscribe subscribes
+	//     the one lite topic it names (rmqflow.LiteBinding.LiteTopics).
+	//   - ModeSimple: a RocketMQ topic, read by Source.Group with
+	//     Source.Filter. Source.Topic must be empty.
+	Source rmqflow.SourceConfig
+	// NackBackoff is how long a nacked message stays invisible before the
+	// broker delivers it again; it doubles with every delivery attempt up to
+	// NackBackoffMax. Defaults 100 ms and 10 s.
+	NackBackoff    time.Duration
+	NackBackoffMax time.Duration
+	// Valves bound the nacks of one message (rmqflow.ThrottleConfig, with
+	// its defaults: 16 nacks by this subscription, the group's delivery
+	// limit, 24 h of age). When one fires the message goes to DeadLetter.
+	Valves rmqflow.ThrottleConfig
+	// DeadLetter parks a message a valve gave up on; returning nil acks it,
+	// an error keeps it (it is tried again after NackBackoffMax). Unset, such
+	// a message is logged and acked: it is dropped. A Router's PoisonQueue
+	// middleware usually takes such messages long before.
+	DeadLetter func(ctx context.Context, msg *message.Message, cause error) error
+	// CloseTimeout bounds how long Close (or the end of a Subscribe's ctx)
+	// waits for a handed-out message's Ack or Nack; then it is released to
+	// the group. Default 30 s.
+	CloseTimeout time.Duration
+	// Unmarshaler builds the Watermill messages. Default DefaultMarshaler{}.
+	Unmarshaler Unmarshaler
+}
+
+func (c SubscriberConfig) withDefaults() SubscriberConfig {
+	if c.NackBackoff == 0 {
+		c.NackBackoff = DefaultNackBackoff
+	}
+	if c.NackBackoffMax == 0 {
+		c.NackBackoffMax = DefaultNackBackoffMax
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	if c.Unmarshaler == nil {
+		c.Unmarshaler = DefaultMarshaler{}
+	}
+	return c
+}
+
+func (c SubscriberConfig) validate() error {
+	switch c.Source.Mode {
+	case rmqflow.ModeLite:
+		if len(c.Source.Lite) != 1 {
+			return errors.New("rmqwatermill: in ModeLite, SubscriberConfig.Source.Lite holds exactly one binding (the LITE main topic and its lite group)")
+		}
+		if len(c.Source.Lite[0].LiteTopics) > 0 {
+			return errors.New("rmqwatermill: SubscriberConfig.Source.Lite[0].LiteTopics must be empty: each Subscribe names its lite topic")
+		}
+	case rmqflow.ModeSimple:
+		if c.Source.Topic != "" {
+			return errors.New("rmqwatermill: SubscriberConfig.Source.Topic must be empty: each Subscribe names its topic")
+		}
+		if c.Source.Group == "" {
+			return errors.New("rmqwatermill: SubscriberConfig.Source.Group is required in ModeSimple")
+		}
+	default:
+		return fmt.Errorf("rmqwatermill: unknown mode %d", c.Source.Mode)
+	}
+	switch {
+	case c.NackBackoff < 0, c.NackBackoffMax < 0:
+		return errors.New("rmqwatermill: NackBackoff and NackBackoffMax must not be negative")
+	case c.CloseTimeout < 0:
+		return errors.New("rmqwatermill: CloseTimeout must not be negative")
+	}
+	return nil
+}
+
+// Subscriber is a Watermill message.Subscriber over rmqflow: each Subscribe
+// runs one rmqflow source and runner that hands out one message at a time,
+// and the next only after the handler called Ack or Nack. Ack acks the
+// message through the process's ack pool; Nack defers it (it stays
+// invisible for NackBackoff, growing per attempt, then the broker delivers
+// it again), so the broker, not the process, keeps the failed message. In
+// lite mode a lite topic is delivered in order, and a nacked message holds
+// its lite topic back until it returns.
+type Subscriber struct {
+	cfg SubscriberConfig
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}
+	subs    sync.WaitGroup
+}
+
+// NewSubscriber checks cfg and returns a subscriber; each Subscribe connects.
+func NewSubscriber(cfg SubscriberConfig) (*Subscriber, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Subscriber{cfg: cfg.withDefaults(), closing: make(chan struct{})}, nil
+}
+
+// subscription is one Subscribe: its runner's handler hands messages to out.
+type subscription struct {
+	cfg      *SubscriberConfig
+	ctx      context.Context // Subscribe's: messages carry its values
+	out      chan *message.Message
+	closeCtx context.Context // cancelled when the subscription begins to close
+}
+
+// Subscribe connects a source to topic (see SubscriberConfig.Source) and
+// returns the channel of its messages; it fails at once when the broker
+// refuses the subscription (an unknown topic or group, for instance). The
+// channel is closed once ctx has ended or Close was called, and the message
+// handed out has been acked, nacked or released (CloseTimeout); the
+// messages fetched but not handed out are released to the group at once.
+// Each message's Context carries ctx's values and is cancelled when the
+// handler acks or nacks it, or when the subscription closes.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if topic == "" {
+		return nil, errors.New("rmqwatermill: subscribe: empty topic")
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.subs.Add(1)
+	s.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			s.subs.Done()
+		}
+	}()
+
+	sc := s.cfg.Source
+	if sc.Mode == rmqflow.ModeLite {
+		b := sc.Lite[0]
+		b.LiteTopics = []string{topic}
+		sc.Lite = []rmqflow.LiteBinding{b}
+	} else {
+		sc.Topic = topic
+	}
+	src, err := rmqflow.NewSource(sc, rmqflow.BytesDecoder())
+	if err != nil {
+		return nil, fmt.Errorf("rmqwatermill: subscribe %s: %w", topic, err)
+	}
+	closeCtx, beginClose := context.WithCancel(context.Background())
+	sub := &subscription{cfg: &s.cfg, ctx: ctx, out: make(chan *message.Message), closeCtx: closeCtx}
+	run, err := rmqflow.NewRunner(src, sub.handle, rmqflow.RunnerConfig{
+		Concurrency:     1, // Watermill hands out the next message after Ack or Nack
+		ErrorBackoff:    s.cfg.NackBackoff,
+		ErrorBackoffMax: s.cfg.NackBackoffMax,
+		ErrorValves:     s.cfg.Valves,
+		ShutdownTimeout: s.cfg.CloseTimeout,
+	})
+	if err != nil {
+		beginClose()
+		_ = src.Close(context.Background())
+		return nil, fmt.Errorf("rmqwatermill: subscribe %s: %w", topic, err)
+	}
+	if dl := s.cfg.DeadLetter; dl != nil {
+		run.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[[]byte], cause error) error {
+			msg, err := s.cfg.Unmarshaler.Unmarshal(m)
+			if err != nil {
+				return err
+			}
+			msg.SetContext(ctx)
+			return dl(ctx, msg, cause)
+		})
+	}
+	if err := src.Start(ctx); err != nil {
+		beginClose()
+		_ = src.Close(context.Background())
+		return nil, fmt.Errorf("rmqwatermill: subscribe %s: %w", topic, err)
+	}
+	started = true
+	runCtx, stop := context.WithCancel(context.Background())
+	ended := make(chan struct{})
+	go func() {
+		defer s.subs.Done()
+		if err := run.Run(runCtx); err != nil {
+			logger(sc.Connection).Error("rmqwatermill: subscription ended with an error", "topic", topic, "err", err)
+		}
+		close(ended)
+		close(sub.out)
+		beginClose()
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		case <-ended:
+		}
+		beginClose() // no more handing out; message contexts end
+		stop()       // the runner releases what it holds and shuts down
+	}()
+	return sub.out, nil
+}
+
+// handle is the runner's handler: it hands m out and waits for Ack or Nack.
+func (sub *subscription) handle(hctx context.Context, m *rmqflow.AckableMessage[[]byte]) (rmqflow.Decision, error) {
+	msg, err := sub.cfg.Unmarshaler.Unmarshal(m)
+	if err != nil {
+		return rmqflow.Decision{}, fmt.Errorf("rmqwatermill: unmarshal %s: %w", m.Meta.MessageID, err)
+	}
+	mctx, cancel := context.WithCancel(context.WithoutCancel(sub.ctx))
+	defer cancel()
+	defer context.AfterFunc(sub.closeCtx, cancel)()
+	defer context.AfterFunc(hctx, cancel)()
+	msg.SetContext(mctx)
+	select {
+	case sub.out <- msg:
+	case <-sub.closeCtx.Done():
+		return rmqflow.Release(), nil // never handed out: back to the group at once
+	case <-hctx.Done():
+		return rmqflow.Release(), nil
+	}
+	select {
+	case <-msg.Acked():
+		return rmqflow.Ack(), nil
+	case <-msg.Nacked():
+		return rmqflow.Decision{}, ErrNacked // deferred with backoff, up to the valves
+	case <-hctx.Done():
+		// CloseTimeout passed with the message still out: give it back; an
+		// Ack that comes later is lost, and the message comes again.
+		return rmqflow.Release(), nil
+	}
+}
+
+// Close closes every subscription and waits until their channels are
+// closed (each within CloseTimeout, plus the time to release what they
+// held). Subscribe after Close returns ErrClosed.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+	s.subs.Wait()
+	return nil
+}
+
+func logger(c rmqflow.Connection) *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
