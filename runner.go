@@ -694,11 +694,11 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 		return d.deadLetterMsg(actx, hctx, m, cause, valve)
 	}
 	delay := min(dec.delay, r.cfg.ErrorValves.MaxDeferDuration)
-	if d.runCtx.Err() != nil && delay < ReleaseDelay {
+	if d.runCtx.Err() != nil {
 		// Shutting down: the source still polls until it closes, and a
 		// message visible at once would be received again and could be cut
 		// off in transit (see ReleaseDelay).
-		delay = ReleaseDelay
+		delay = max(delay, min(ReleaseDelay, r.cfg.ErrorValves.MaxDeferDuration))
 	}
 	if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, delay); err != nil {
 		r.src.log.Warn("rmqflow: runner could not defer a message; it comes back when its invisibility ends",

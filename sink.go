@@ -33,13 +33,14 @@ type SinkConfig struct {
 	// error. Default 3.
 	MaxAttempts int
 	// Concurrency is the number of senders, each sending one batch at a
-	// time (the lite records of a batch go one per call, up to 16 lite
-	// topics at once). All records of one lite topic, and all of one
-	// message group, go through the same sender, one call after another.
-	// Default 4.
+	// time (the records of a batch with a lite topic or message group go
+	// one per call, up to 16 lite topics or groups at once). All records of
+	// one lite topic, and all of one message group, go through the same
+	// sender, one call after another. Default 4.
 	Concurrency int
-	// BatchSize caps the records of one SendMessage (lite records always go
-	// one per call; docs/broker-semantics.md, scenario k). Default 32.
+	// BatchSize caps the records a sender takes at once, and so the records
+	// of one SendMessage (records with a lite topic or message group always
+	// go one per call; docs/broker-semantics.md, scenario k). Default 32.
 	BatchSize int
 	// Linger is how long a record waits for others to share its call.
 	// Default 5 ms.
@@ -237,13 +238,22 @@ func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 	return f
 }
 
-// queueOf is the queue of m: its sender's own queue when m has a lite topic
-// or a message group (its order key), else the queue every sender takes from.
-func (s *Sink) queueOf(m *client.Message) chan pendingSend {
-	key := m.LiteTopic
-	if key == "" {
-		key = m.MessageGroup
+// orderKey is the key whose records m keeps its order with: its lite topic,
+// else its message group ("l"/"g" keep the two apart), else "" for none.
+func orderKey(m *client.Message) string {
+	switch {
+	case m.LiteTopic != "":
+		return "l" + m.LiteTopic
+	case m.MessageGroup != "":
+		return "g" + m.MessageGroup
 	}
+	return ""
+}
+
+// queueOf is the queue of m: its sender's own queue when m has an order key,
+// else the queue every sender takes from.
+func (s *Sink) queueOf(m *client.Message) chan pendingSend {
+	key := orderKey(m)
 	if key == "" {
 		return s.in
 	}
@@ -362,13 +372,16 @@ func (s *Sink) worker(own <-chan pendingSend) {
 	}
 }
 
-// liteChains is the most lite topics of one batch a sender sends at once.
-const liteChains = 16
+// keyChains is the most lite topics or message groups of one batch a sender
+// sends at once.
+const keyChains = 16
 
 // send sends one batch and returns when every record of it has its result.
-// Lite records go one per call (docs/broker-semantics.md, scenario k): those
-// of one lite topic one after another, each with its retries before the next,
-// different lite topics concurrently. The other records go together.
+// Records of a lite topic or message group go one per call (lite records must,
+// docs/broker-semantics.md scenario k; and the broker puts a multi-message
+// call in one queue, which a call holding several groups would mix): those of
+// one key one after another, each with its retries before the next,
+// different keys concurrently. The other records go together.
 func (s *Sink) send(batch []pendingSend) {
 	var (
 		plain  []pendingSend
@@ -376,18 +389,18 @@ func (s *Sink) send(batch []pendingSend) {
 		order  []string
 	)
 	for _, p := range batch {
-		lt := p.msg.LiteTopic
-		if lt == "" {
+		k := orderKey(p.msg)
+		if k == "" {
 			plain = append(plain, p)
 			continue
 		}
 		if chains == nil {
 			chains = map[string][]pendingSend{}
 		}
-		if _, ok := chains[lt]; !ok {
-			order = append(order, lt)
+		if _, ok := chains[k]; !ok {
+			order = append(order, k)
 		}
-		chains[lt] = append(chains[lt], p)
+		chains[k] = append(chains[k], p)
 	}
 	sendChain := func(chain []pendingSend) {
 		for _, p := range chain {
@@ -399,9 +412,9 @@ func (s *Sink) send(batch []pendingSend) {
 		return
 	}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, liteChains)
-	for _, lt := range order {
-		chain := chains[lt]
+	sem := make(chan struct{}, keyChains)
+	for _, k := range order {
+		chain := chains[k]
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -418,8 +431,7 @@ func (s *Sink) send(batch []pendingSend) {
 // sendRetrying sends records in one call, retrying those that failed
 // retriably, each under the id Write gave it, in their order. A
 // multi-message SendMessage is stored as one batch, all or nothing (the
-// proxy answers it with one entry), so a retried record never follows a
-// later one of its message group into the store.
+// proxy answers it with one entry).
 func (s *Sink) sendRetrying(batch []pendingSend) {
 	ctx := s.sendCtx
 	todo := batch

@@ -190,3 +190,52 @@ func TestSinkOrderPerLiteTopicEndToEnd(t *testing.T) {
 		seen++
 	}
 }
+
+// TestSinkKeepsGroupOrderAcrossQueues: records of several message groups
+// written interleaved to a FIFO topic with four queues come back to a FIFO
+// consumer in each group's order. Before the fix the sink sent records of
+// different groups in one call, which the broker stores in the queue of the
+// call's first group: a group's records were split over queues, and a
+// consumer reading the queues on their own saw them out of order.
+func TestSinkKeepsGroupOrderAcrossQueues(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	s := rmqfake.NewForTest(t)
+	must(t, s.CreateTopic("ft", rmqfake.TopicFIFO, rmqfake.Queues(4)))
+	must(t, s.CreateGroup("fg", rmqfake.FIFO()))
+	ctx := rmqtest.Context(t, time.Minute)
+	c := rmqflow.Connection{Endpoints: s.Addr()}
+	const n = 30
+	groups := []string{"g1", "g2", "g3", "g4", "g5"}
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: c, Topic: "ft", Concurrency: 2, BatchSize: 8})
+	must(t, err)
+	var fs []*rmqflow.SendFuture
+	for i := range n {
+		for _, g := range groups {
+			fs = append(fs, sink.Write(ctx, rmqflow.Record{MessageGroup: g, Body: []byte(fmt.Sprintf("%s-%d", g, i))}))
+		}
+	}
+	for i, f := range fs {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	must(t, sink.Close(ctx))
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: c, Mode: rmqflow.ModeSimple, Topic: "ft", Group: "fg",
+		AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
+	must(t, err)
+	must(t, src.Start(ctx))
+	defer src.Close(context.Background())
+	next := map[string]int{}
+	for seen := 0; seen < n*len(groups); seen++ {
+		m, err := src.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d: %v", seen, err)
+		}
+		g := m.Meta.MessageGroup
+		if want := fmt.Sprintf("%s-%d", g, next[g]); m.Value != want {
+			t.Fatalf("group %s: got %s, want %s (stored out of order across queues)", g, m.Value, want)
+		}
+		next[g]++
+		must(t, src.Acker().Ack(ctx, m.Handle))
+	}
+}

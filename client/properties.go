@@ -20,18 +20,23 @@ var refusedProperties = map[string]bool{
 	"__BORNHOST": true, "BORN_TIMESTAMP": true,
 }
 
-// brokerSetProperties are properties the broker sets on the messages it
-// delivers and acts on when a message carries them, though it does not
-// refuse them: INNER_MULTI_DISPATCH names the lite topic (LMQ) a lite message
-// was dispatched to.
-var brokerSetProperties = map[string]bool{"INNER_MULTI_DISPATCH": true}
+// brokerSetProperties are properties the broker takes as user properties but
+// sets on the messages it delivers or acts on when a message carries them:
+// INNER_MULTI_DISPATCH names the lite topics (LMQs) a message is dispatched
+// to, LITE_TOPIC a message's lite topic, __STARTDELIVERTIME a delayed
+// message's delivery time, __SHARDINGKEY the key of a sharded FIFO message.
+// Forwarding one would redirect, delay or reorder the copy.
+var brokerSetProperties = map[string]bool{
+	"INNER_MULTI_DISPATCH": true, "LITE_TOPIC": true, "__STARTDELIVERTIME": true, "__SHARDINGKEY": true,
+}
 
 // IsSystemProperty reports whether the broker reserves name for itself: a
 // message sent with it as a user property is refused
 // (ILLEGAL_MESSAGE_PROPERTY_KEY), or it is one the broker sets on the
-// messages it delivers (INNER_MULTI_DISPATCH on a lite message). A received
-// message may carry such properties; code that forwards a received
-// message's properties leaves them out.
+// messages it delivers or acts on (INNER_MULTI_DISPATCH on a lite message,
+// __STARTDELIVERTIME on a delayed one). A received message may carry such
+// properties; code that forwards a received message's properties leaves
+// them out.
 func IsSystemProperty(name string) bool { return refusedProperties[name] || brokerSetProperties[name] }
 
 // RefusedPropertyNames lists, sorted, the names the broker refuses as user

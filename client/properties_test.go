@@ -57,8 +57,13 @@ func TestSystemPropertiesAreRefused(t *testing.T) {
 					t.Errorf("property %s: %v", k, err)
 				}
 			}
-			if !client.IsSystemProperty("INNER_MULTI_DISPATCH") || client.IsSystemProperty("tenant") {
-				t.Error("IsSystemProperty: want INNER_MULTI_DISPATCH, not tenant")
+			for _, k := range []string{"INNER_MULTI_DISPATCH", "LITE_TOPIC", "__STARTDELIVERTIME", "KEYS"} {
+				if !client.IsSystemProperty(k) {
+					t.Errorf("IsSystemProperty(%s) = false", k)
+				}
+			}
+			if client.IsSystemProperty("tenant") {
+				t.Error("IsSystemProperty(tenant) = true")
 			}
 		})
 	}

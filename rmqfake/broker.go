@@ -303,12 +303,16 @@ func (b *broker) trimLite(lq *liteQueue) {
 	if lq.c0.g == nil {
 		return // no group reads it (yet)
 	}
-	for _, g := range lq.main.liteWanted[lq.name] {
-		if lq.cursorOf(g) == nil {
-			// A group that subscribed this lite topic has not read it yet:
-			// when it does, it starts at its first message, as on the broker.
-			return
+	if wanted := lq.main.liteWanted[lq.name]; len(wanted) > 0 {
+		for _, g := range wanted {
+			if lq.cursorOf(g) == nil {
+				// A group that subscribed this lite topic has not read it
+				// yet: when it does, it starts at its first message, as on
+				// the broker.
+				return
+			}
 		}
+		delete(lq.main.liteWanted, lq.name) // their cursors hold their places now
 	}
 	low := lq.q.end()
 	for c := range lq.all() {

@@ -117,7 +117,9 @@ func (p *Publisher) Publish(topic string, messages ...*message.Message) error {
 			return errors.Join(fmt.Errorf("rmqwatermill: publish %s: %w", msg.UUID, err), p.wait(messages[:i], fs[:i]))
 		}
 		if p.cfg.Mode == rmqflow.ModeLite {
-			rec.LiteTopic = topic
+			// A lite message has no message group: a FIFO message received
+			// elsewhere and published on here keeps its place by lite topic.
+			rec.LiteTopic, rec.MessageGroup = topic, ""
 		}
 		fs[i] = s.Write(msg.Context(), rec)
 	}

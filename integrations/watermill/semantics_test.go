@@ -185,6 +185,9 @@ func TestMetadataRoundTrip(t *testing.T) {
 	msg.Metadata.Set("tenant", "acme")
 	msg.Metadata.Set(rmqwatermill.MetaTag, "t1")
 	msg.Metadata.Set(rmqwatermill.MetaKeys, "k1 k2")
+	// As a FIFO message received elsewhere would carry: a lite message has
+	// no group, so the publisher drops it rather than fail the send.
+	msg.Metadata.Set(rmqwatermill.MetaMessageGroup, "grp")
 	if err := pub.Publish(in, msg); err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +203,9 @@ func TestMetadataRoundTrip(t *testing.T) {
 		if v := got.Metadata.Get(k); v != want {
 			t.Errorf("metadata %s = %q, want %q", k, v, want)
 		}
+	}
+	if v := got.Metadata.Get(rmqwatermill.MetaMessageGroup); v != "" {
+		t.Errorf("a lite message arrived with message group %q", v)
 	}
 	if got.UUID != msg.UUID || string(got.Payload) != "body" {
 		t.Errorf("got %s %q, want %s body", got.UUID, got.Payload, msg.UUID)
@@ -318,5 +324,60 @@ func TestConfigErrors(t *testing.T) {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %s", tc.name, tc.err, tc.want)
 		}
+	}
+}
+
+// failingUnmarshaler fails on the body "undecodable".
+type failingUnmarshaler struct{ rmqwatermill.DefaultMarshaler }
+
+func (f failingUnmarshaler) Unmarshal(m *rmqflow.AckableMessage[[]byte]) (*message.Message, error) {
+	if string(m.Value) == "undecodable" {
+		return nil, errors.New("not our format")
+	}
+	return f.DefaultMarshaler.Unmarshal(m)
+}
+
+// TestUndecodableReachesDeadLetter: a delivery the Unmarshaler fails on never
+// reaches the handler; it is deferred until a valve fires and then reaches
+// DeadLetter raw (body, message id as UUID, the error in metadata), instead
+// of being deferred for ever; the message behind it in its lite topic is
+// handled after it.
+func TestUndecodableReachesDeadLetter(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	tg := fakeTarget(t, rmqflow.ModeLite)
+	parked := make(chan *message.Message, 1)
+	tg.tune = func(c *rmqwatermill.SubscriberConfig) {
+		c.Unmarshaler = failingUnmarshaler{}
+		c.NackBackoff, c.NackBackoffMax = 10*time.Millisecond, 10*time.Millisecond
+		c.Valves = rmqflow.ThrottleConfig{MaxDefers: 1}
+		c.DeadLetter = func(_ context.Context, m *message.Message, _ error) error {
+			parked <- m
+			return nil
+		}
+	}
+	group := tg.group(t, "undecodable-g")
+	topic := rmqtest.Unique("undec")
+	pub := tg.publisher(t)
+	defer pub.Close()
+	sent := publish(t, pub, topic, "undecodable", "fine")
+	sub := tg.subscriber(t, group)
+	defer sub.Close()
+	ch, err := sub.Subscribe(ctxT(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := receive(t, ch, 30*time.Second)
+	if next.UUID != sent[1].UUID {
+		t.Fatalf("the handler got %s %q, want only the decodable message", next.UUID, next.Payload)
+	}
+	next.Ack()
+	select {
+	case m := <-parked:
+		if string(m.Payload) != "undecodable" || m.Metadata.Get(rmqwatermill.MetaUnmarshalError) == "" ||
+			m.UUID != m.Metadata.Get(rmqwatermill.MetaMessageID) {
+			t.Fatalf("DeadLetter got %s %q %v", m.UUID, m.Payload, m.Metadata)
+		}
+	default:
+		t.Fatal("the undecodable message never reached DeadLetter, though the one behind it was handled")
 	}
 }

@@ -53,7 +53,10 @@ type SubscriberConfig struct {
 	// DeadLetter parks a message a valve gave up on; returning nil acks it,
 	// an error keeps it (it is tried again after NackBackoffMax). Unset, such
 	// a message is logged and acked: it is dropped. A Router's PoisonQueue
-	// middleware usually takes such messages long before.
+	// middleware usually takes such messages long before. A delivery the
+	// Unmarshaler fails on is deferred like a nacked one (it never reaches
+	// the handler) and reaches DeadLetter raw: its body, its RocketMQ message
+	// id as UUID, and the error in MetaUnmarshalError.
 	DeadLetter func(ctx context.Context, msg *message.Message, cause error) error
 	// CloseTimeout bounds how long Close (or the end of a Subscribe's ctx)
 	// waits for a handed-out message's Ack or Nack; then it is released to
@@ -196,7 +199,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		run.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[[]byte], cause error) error {
 			msg, err := s.cfg.Unmarshaler.Unmarshal(m)
 			if err != nil {
-				return err
+				// The message that cannot be unmarshaled is the one most in
+				// need of parking: hand over its raw form.
+				msg = rawMessage(m, err)
 			}
 			msg.SetContext(ctx)
 			return dl(ctx, msg, cause)
@@ -282,4 +287,21 @@ func logger(c rmqflow.Connection) *slog.Logger {
 		return c.Logger
 	}
 	return slog.Default()
+}
+
+// MetaUnmarshalError is set on the message DeadLetter gets for a delivery the
+// Unmarshaler failed on: the raw body, the RocketMQ message id as UUID, and
+// the Unmarshaler's error here.
+const MetaUnmarshalError = "rocketmq_unmarshal_error"
+
+// rawMessage is m as a Watermill message without the Unmarshaler.
+func rawMessage(m *rmqflow.AckableMessage[[]byte], err error) *message.Message {
+	msg := message.NewMessage(m.Meta.MessageID, m.Value)
+	msg.Metadata.Set(MetaMessageID, m.Meta.MessageID)
+	msg.Metadata.Set(MetaTopic, m.Meta.Topic)
+	if m.Meta.LiteTopic != "" {
+		msg.Metadata.Set(MetaLiteTopic, m.Meta.LiteTopic)
+	}
+	msg.Metadata.Set(MetaUnmarshalError, err.Error())
+	return msg
 }
