@@ -3,6 +3,8 @@ package rmqflow_test
 import (
 	"context"
 	"errors"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +13,10 @@ import (
 )
 
 // TestOptionErrorNamesTheField pins docs/grpc-connector.md's "a negative or
-// out-of-range value is an OptionError naming the option": each field of
-// RunnerConfig, FairShareConfig and RateLimitConfig set negative alone is
-// refused with an *OptionError whose Option is that field's name (not the
-// struct's).
+// out-of-range value is an OptionError naming the option": each numeric
+// field of RunnerConfig, FairShareConfig, RateLimitConfig, SourceConfig,
+// SinkConfig, ThrottleConfig and AckPoolConfig set negative alone is refused
+// with an *OptionError whose Option is that field's name (not the struct's).
 func TestOptionErrorNamesTheField(t *testing.T) {
 	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"},
 		Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}}}, rmqflow.StringDecoder())
@@ -72,5 +74,92 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		set(&c)
 		_, err := rmqflow.LiteTopicRateLimit[string](c)
 		check("RateLimitConfig."+option, option, err)
+	}
+	base := rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"},
+		Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}}}
+	source := map[string]func(*rmqflow.SourceConfig){
+		"FetchConcurrency":         func(c *rmqflow.SourceConfig) { c.FetchConcurrency = -1 },
+		"AwaitDuration":            func(c *rmqflow.SourceConfig) { c.AwaitDuration = -time.Second },
+		"InvisibleDuration":        func(c *rmqflow.SourceConfig) { c.InvisibleDuration = -time.Second },
+		"MaxMessageNum":            func(c *rmqflow.SourceConfig) { c.MaxMessageNum = -1 },
+		"RenewalAheadTime":         func(c *rmqflow.SourceConfig) { c.RenewalAheadTime = -time.Second },
+		"ReleaseInvisibleDuration": func(c *rmqflow.SourceConfig) { c.ReleaseInvisibleDuration = -time.Second },
+	}
+	for option, set := range source {
+		c := base
+		set(&c)
+		s, err := rmqflow.NewSource(c, rmqflow.StringDecoder())
+		if err == nil {
+			_ = s.Close(context.Background())
+		}
+		check("SourceConfig."+option, option, err)
+	}
+	sink := map[string]func(*rmqflow.SinkConfig){
+		"MaxAttempts": func(c *rmqflow.SinkConfig) { c.MaxAttempts = -1 },
+		"Concurrency": func(c *rmqflow.SinkConfig) { c.Concurrency = -1 },
+		"BatchSize":   func(c *rmqflow.SinkConfig) { c.BatchSize = -1 },
+		"Linger":      func(c *rmqflow.SinkConfig) { c.Linger = -time.Second },
+	}
+	for option, set := range sink {
+		c := rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"}, Topic: "t"}
+		set(&c)
+		s, err := rmqflow.NewSink(context.Background(), c) // refused before it dials
+		if err == nil {
+			_ = s.Close(context.Background())
+		}
+		check("SinkConfig."+option, option, err)
+	}
+	policy := rmqflow.ThrottlePolicyFunc[string](func(*rmqflow.AckableMessage[string]) rmqflow.Decision { return rmqflow.Ack() })
+	throttle := map[string]func(*rmqflow.ThrottleConfig){
+		"MaxDeliveryAttempt": func(c *rmqflow.ThrottleConfig) { c.MaxDeliveryAttempt = -1 },
+		"MaxDeferDuration":   func(c *rmqflow.ThrottleConfig) { c.MaxDeferDuration = -time.Second },
+		"MaxDefers":          func(c *rmqflow.ThrottleConfig) { c.MaxDefers = -1 },
+		"MaxDeferredAge":     func(c *rmqflow.ThrottleConfig) { c.MaxDeferredAge = -time.Second },
+	}
+	for option, set := range throttle {
+		var c rmqflow.ThrottleConfig
+		set(&c)
+		_, err := rmqflow.NewThrottle(src.Acker(), policy, c)
+		check("ThrottleConfig."+option, option, err)
+	}
+	pool := map[string]func(*rmqflow.AckPoolConfig){
+		"MaxBatch":    func(c *rmqflow.AckPoolConfig) { c.MaxBatch = -1 },
+		"Linger":      func(c *rmqflow.AckPoolConfig) { c.Linger = -time.Second },
+		"MaxAttempts": func(c *rmqflow.AckPoolConfig) { c.MaxAttempts = -1 },
+		"MaxInFlight": func(c *rmqflow.AckPoolConfig) { c.MaxInFlight = -1 },
+	}
+	for option, set := range pool {
+		c := rmqflow.AckPoolConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"}}
+		set(&c)
+		p, err := rmqflow.AcquireAckPool(c)
+		if err == nil {
+			_ = p.Release(context.Background())
+		}
+		check("AckPoolConfig."+option, option, err)
+	}
+}
+
+// TestOptionsTablesComplete pins docs/grpc-connector.md's options tables to
+// the code: every exported field of each config struct is named there (in
+// backquotes), so a new option cannot go undocumented.
+func TestOptionsTablesComplete(t *testing.T) {
+	b, err := os.ReadFile("docs/grpc-connector.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, v := range []any{rmqflow.Connection{}, rmqflow.SourceConfig{}, rmqflow.LiteBinding{}, rmqflow.LeaseConfig{},
+		rmqflow.RunnerConfig{}, rmqflow.SinkConfig{}, rmqflow.ThrottleConfig{}, rmqflow.FairShareConfig{},
+		rmqflow.RateLimitConfig{}, rmqflow.AckPoolConfig{}} {
+		typ := reflect.TypeOf(v)
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			if !f.IsExported() || f.Anonymous {
+				continue
+			}
+			if !strings.Contains(doc, "`"+f.Name+"`") {
+				t.Errorf("%s.%s is not in docs/grpc-connector.md", typ.Name(), f.Name)
+			}
+		}
 	}
 }

@@ -641,6 +641,14 @@ func (s *Source[T]) entries(b *binding, msgs []*client.ReceivedMessage, polledAt
 // until less was left is renewed before it is returned (and, if that renewal
 // fails, given up to the broker's redelivery instead of being returned).
 //
+// Order: one goroutine calling Next gets each lite topic's (and FIFO
+// group's) messages in the order the broker delivered them; a message given
+// up this way takes the later messages of its lite topic queued behind it
+// with it (they come back after it). Several goroutines calling Next at once
+// each get messages in that order, but which goroutine handles a lite
+// topic's next message first is theirs to decide: hand messages on by lite
+// topic (as the Runner does) when order matters.
+//
 // A message is returned with a nil error; its own Err tells whether it
 // decoded (a *DecodeError or the Decoder's error) or came malformed from the
 // broker (ErrMalformedMessage). The errors of Next itself are:

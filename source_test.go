@@ -221,6 +221,31 @@ func TestSourceDrainKeepsRenewing(t *testing.T) {
 	}
 }
 
+// TestSourceDrainBeforeStart: a source drained before it starts starts
+// without receiving: a message waiting for the group is never taken, and
+// Next reports ErrSourceClosed at once (issue 10, item 10).
+func TestSourceDrainBeforeStart(t *testing.T) {
+	ctx := rmqtest.Context(t, time.Minute)
+	s := fakeNormal(t)
+	sendBodies(t, ctx, s.Addr(), "t", false, "waiting")
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: s.Addr()}, Mode: rmqflow.ModeSimple,
+		Topic: "t", Group: "g", AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	src.Drain()
+	if err := src.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := src.Next(ctx); !errors.Is(err, rmqflow.ErrSourceClosed) {
+		t.Fatalf("Next on a source drained before Start: %v (message %v), want ErrSourceClosed", err, m)
+	}
+	if st := s.Stats().Groups["g"]; st.InFlight != 0 || st.Acked != 0 {
+		t.Fatalf("the drained source took messages: %+v", st.Counts)
+	}
+}
+
 // TestSourceEmitLeavesHalfInvisibility (#18): a message that waited in the
 // queue until less than half of InvisibleDuration is left is renewed when it
 // is emitted, so its consumer has at least half of InvisibleDuration.

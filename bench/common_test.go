@@ -20,7 +20,7 @@ const bodySize = 1024
 
 func endpoint(t testing.TB) string {
 	if os.Getenv("RMQFLOW_BENCH") != "1" {
-		t.Skip("benchmark harness: set RMQFLOW_BENCH=1 (make bench does)")
+		t.Skip("peer tests: set RMQFLOW_BENCH=1 and RMQFLOW_ENDPOINT (make bench sets them for TestRSS10kInFlight only; run TestPeers by hand, bench/README.md)")
 	}
 	return rmqtest.Endpoint(t)
 }

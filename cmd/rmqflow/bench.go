@@ -32,6 +32,8 @@ Examples:
   rmqflow bench -endpoint 127.0.0.1:18081 -report docs/benchmarks.md
         every scenario; the report and its charts
 
+Exit codes: 0 done; 1 a run failed, or no checkout was found; 2 a bad flag
+(or the harness crashed).
 `
 
 // runBench builds the harness of the checkout's bench module (into
@@ -39,14 +41,22 @@ Examples:
 // usage error's 2 into 1), runs it with the arguments as given, and returns
 // its exit code.
 func runBench(args []string, stdout, stderr io.Writer) int {
+	help := false
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
 			fmt.Fprint(stdout, benchUsage)
+			help = true
 			break
 		}
 	}
 	repo, err := findRepo("")
 	if err != nil {
+		if help {
+			// The help was asked for and given; the harness's own flags
+			// need the checkout.
+			fmt.Fprintln(stdout, "(run it inside an rmqflow checkout to list the harness's flags)")
+			return exitOK
+		}
 		return fail(stderr, "bench", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -249,6 +249,13 @@ func TestHelpForEveryCommand(t *testing.T) {
 			t.Errorf("%s -help lacks -json", c.name)
 		}
 	}
+	// consume's help explains the wait for a backlog sent before it
+	// connected, and the broker flag that removes it (issue 10, "Also").
+	var ch bytes.Buffer
+	run([]string{"consume", "-help"}, &ch, io.Discard)
+	if !strings.Contains(ch.String(), "-fast-lite-dispatch") {
+		t.Errorf("consume -help does not name rmqflow broker -fast-lite-dispatch:\n%s", ch.String())
+	}
 	var out bytes.Buffer
 	if code := run([]string{"version", "-json"}, &out, io.Discard); code != 0 || !strings.Contains(out.String(), `"version":`) {
 		t.Errorf("version -json: exit %d %q", code, out.String())
@@ -272,9 +279,19 @@ func TestBenchExitCodes(t *testing.T) {
 	if code := run([]string{"bench", "-help"}, &out, io.Discard); code != exitOK || !strings.Contains(out.String(), "Usage: rmqflow bench") {
 		t.Errorf("bench -help: exit %d: %s", code, out.String())
 	}
+	if !strings.Contains(out.String(), "Exit codes: 0 done; 1 a run failed") {
+		t.Errorf("bench -help does not list its exit codes: %s", out.String())
+	}
 	t.Chdir(t.TempDir())
 	if code, _, errOut := runCLI(t, "", "bench", "-quick"); code != exitFailure || !strings.Contains(errOut, "checkout") {
 		t.Errorf("bench outside a checkout: exit %d, want 1: %s", code, errOut)
+	}
+	// Help needs no checkout: it is given, and help exits 0 as help's own
+	// text promises.
+	for _, args := range [][]string{{"bench", "-help"}, {"help", "bench"}} {
+		if code, out, errOut := runCLI(t, "", args...); code != exitOK || !strings.Contains(out, "Usage: rmqflow bench") {
+			t.Errorf("%v outside a checkout: exit %d, want 0: %s%s", args, code, out, errOut)
+		}
 	}
 }
 

@@ -466,7 +466,7 @@ func TestBrokerCommand(t *testing.T) {
 	defer lis.Close()
 	// RMQFLOW_ENDPOINT names a port in use: the broker must not try it.
 	env := []string{"RMQFLOW_ENDPOINT=" + lis.Addr().String(), "RMQFLOW_NAMESPACE=ns1", "RMQFLOW_ACCESS_KEY=ak", "RMQFLOW_SECRET_KEY=sk"}
-	broker, addr, lines := startBrokerBinary(t, env, "-topic", "orders")
+	broker, addr, lines := startBrokerBinary(t, env, "-topic", "orders", "-group", "billing")
 	// The namespace and credentials came from the environment.
 	if code, _, errOut := runCLI(t, "", "produce", "-endpoint", addr, "-namespace", "ns1", "-access-key", "ak", "-secret-key", "sk", "-topic", "orders", "-message", "x"); code != exitOK {
 		t.Errorf("produce in ns1 with ak/sk: exit %d %s", code, errOut)
@@ -476,6 +476,18 @@ func TestBrokerCommand(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t, "", "produce", "-endpoint", addr, "-access-key", "ak", "-secret-key", "sk", "-topic", "orders", "-message", "x"); code != exitNotFound {
 		t.Errorf("produce outside ns1: exit %d, want 4: %s", code, errOut)
+	}
+	// produce and consume take the endpoint, namespace and credentials from
+	// RMQFLOW_* as well (issue 10, item 3).
+	t.Setenv("RMQFLOW_ENDPOINT", addr)
+	t.Setenv("RMQFLOW_NAMESPACE", "ns1")
+	t.Setenv("RMQFLOW_ACCESS_KEY", "ak")
+	t.Setenv("RMQFLOW_SECRET_KEY", "sk")
+	if code, _, errOut := runCLI(t, "", "produce", "-topic", "orders", "-message", "from-env"); code != exitOK {
+		t.Errorf("produce with RMQFLOW_*: exit %d %s", code, errOut)
+	}
+	if code, out, errOut := runCLI(t, "", "consume", "-mode", "simple", "-topic", "orders", "-group", "billing", "-max", "2", "-idle", "15s", "-json"); code != exitOK || !strings.Contains(out, "from-env") {
+		t.Errorf("consume with RMQFLOW_*: exit %d, want the messages of ns1: %s%s", code, out, errOut)
 	}
 	broker.Process.Signal(os.Interrupt)
 	if !lines.Scan() || lines.Text() != `{"stopped":true}` {
