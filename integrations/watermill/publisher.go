@@ -54,7 +54,14 @@ type Publisher struct {
 
 	mu     sync.Mutex
 	closed bool
-	sinks  map[string]*rmqflow.Sink // by RocketMQ topic
+	sinks  map[string]*sinkEntry // by RocketMQ topic
+}
+
+// sinkEntry is the sink of one RocketMQ topic, or its connection under way.
+type sinkEntry struct {
+	ready chan struct{} // closed once s or err is set
+	s     *rmqflow.Sink
+	err   error
 }
 
 // NewPublisher checks cfg and returns a publisher; it connects on the first
@@ -66,27 +73,53 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Marshaler == nil {
 		cfg.Marshaler = DefaultMarshaler{}
 	}
-	return &Publisher{cfg: cfg, sinks: map[string]*rmqflow.Sink{}}, nil
+	return &Publisher{cfg: cfg, sinks: map[string]*sinkEntry{}}, nil
 }
 
-// sink returns the sink of topic, connecting it on first use.
+// sink returns the sink of topic, connecting it on first use; the
+// connection does not hold up Publishes to other topics, nor Close. A
+// failed connection is tried again by the next Publish.
 func (p *Publisher) sink(ctx context.Context, topic string) (*rmqflow.Sink, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.closed {
+		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if s := p.sinks[topic]; s != nil {
-		return s, nil
+	if e := p.sinks[topic]; e != nil {
+		p.mu.Unlock()
+		select {
+		case <-e.ready:
+			return e.s, e.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
+	e := &sinkEntry{ready: make(chan struct{})}
+	p.sinks[topic] = e
+	p.mu.Unlock()
+
 	c := p.cfg.Sink
 	c.Topic = topic
 	s, err := rmqflow.NewSink(ctx, c)
-	if err != nil {
-		return nil, fmt.Errorf("rmqwatermill: connecting a producer to %s: %w", topic, err)
+	p.mu.Lock()
+	switch {
+	case err != nil:
+		e.err = fmt.Errorf("rmqwatermill: connecting a producer to %s: %w", topic, err)
+		delete(p.sinks, topic)
+	case p.closed:
+		// Close ran while this sink connected: it was not among the sinks
+		// Close closed.
+		e.err = ErrClosed
+		p.mu.Unlock()
+		close(e.ready)
+		_ = s.Close(context.WithoutCancel(ctx))
+		return nil, ErrClosed
+	default:
+		e.s = s
 	}
-	p.sinks[topic] = s
-	return s, nil
+	p.mu.Unlock()
+	close(e.ready)
+	return e.s, e.err
 }
 
 // Publish sends messages to topic and waits until each has its result. It
@@ -146,14 +179,17 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
-	sinks := p.sinks
+	entries := p.sinks
 	p.sinks = nil
 	p.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	var errs []error
-	for _, s := range sinks {
-		errs = append(errs, s.Close(ctx))
+	for _, e := range entries {
+		<-e.ready // a connection under way closes its own sink (see sink)
+		if e.s != nil {
+			errs = append(errs, e.s.Close(ctx))
+		}
 	}
 	return errors.Join(errs...)
 }
