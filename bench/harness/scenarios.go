@@ -299,6 +299,19 @@ func (b *bench) capacity(p peer, mode string, conc int) float64 {
 	return median(rates)
 }
 
+// recordUnlessInterrupted records r, unless the harness itself was
+// interrupted (ctx ended: a signal), in which case r measured nothing and is
+// left out of results.jsonl, so that -resume runs its step again instead of
+// keeping a failure the interruption made. It reports whether it recorded.
+func (b *bench) recordUnlessInterrupted(ctx context.Context, r *run, desc string) bool {
+	if ctx.Err() != nil {
+		fmt.Fprintf(b.log, "harness: %s interrupted; not recorded (a resumed run repeats its step)\n", desc)
+		return false
+	}
+	b.record(r)
+	return true
+}
+
 // loadFunc starts an open-loop load once the peer runs; the function it
 // returns, called after the peer exits, describes the producer's run.
 type loadFunc func(ready <-chan struct{}, exited <-chan struct{}) (func() string, error)
@@ -322,7 +335,7 @@ func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc)
 	sp, err := startPeer(ctx, b.bins[r.Peer.Program], r, b.tgt.endpoint, b.cfg.peerTimeout)
 	if err != nil {
 		r.Result = result{Peer: r.Peer.Program, Variant: r.Peer.Variant, Mode: r.Mode, Error: err.Error()}
-		b.record(r)
+		b.recordUnlessInterrupted(ctx, r, desc)
 		return
 	}
 	var after func() string
@@ -349,7 +362,9 @@ func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc)
 			r.Broker = cpu - r.BrokerBase*to.Sub(from).Seconds()
 		}
 	}
-	b.record(r)
+	if !b.recordUnlessInterrupted(ctx, r, desc) {
+		return
+	}
 	if r.Result.Error != "" {
 		fmt.Fprintf(b.log, "harness: %s FAILED: %s (log %s)\n", desc, r.Result.Error, r.LogPath)
 		b.watch(ctx, r)
