@@ -81,6 +81,21 @@ func (c AckPoolConfig) withDefaults() AckPoolConfig {
 	return c
 }
 
+// Validate reports what AcquireAckPool would refuse in c, without
+// acquiring a pool.
+func (c AckPoolConfig) Validate() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	if c.Endpoints != "" {
+		if err := c.Connection.validate(); err != nil {
+			return err
+		}
+	}
+	_, err := c.allowed()
+	return err
+}
+
 func (c AckPoolConfig) validate() error {
 	switch {
 	case c.MaxBatch < 0:
@@ -204,13 +219,8 @@ var (
 // *OptionError when Credentials is set without Name, when neither
 // Connection.Endpoints nor AllowedEndpoints is set, or on an invalid value.
 func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Endpoints != "" {
-		if err := cfg.Connection.validate(); err != nil {
-			return nil, err
-		}
 	}
 	allowed, err := cfg.allowed()
 	if err != nil {

@@ -93,6 +93,7 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 			_ = s.Close(context.Background())
 		}
 		check("SourceConfig."+option, option, err)
+		check("SourceConfig.Validate "+option, option, c.Validate())
 	}
 	sink := map[string]func(*rmqflow.SinkConfig){
 		"MaxAttempts": func(c *rmqflow.SinkConfig) { c.MaxAttempts = -1 },
@@ -108,6 +109,18 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 			_ = s.Close(context.Background())
 		}
 		check("SinkConfig."+option, option, err)
+		check("SinkConfig.Validate "+option, option, c.Validate())
+	}
+	// The valid configurations the tables start from pass Validate.
+	for what, err := range map[string]error{
+		"SourceConfig":   base.Validate(),
+		"SinkConfig":     rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"}, Topic: "t"}.Validate(),
+		"ThrottleConfig": rmqflow.ThrottleConfig{}.Validate(),
+		"AckPoolConfig":  rmqflow.AckPoolConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"}}.Validate(),
+	} {
+		if err != nil {
+			t.Errorf("%s.Validate of a valid configuration: %v", what, err)
+		}
 	}
 	policy := rmqflow.ThrottlePolicyFunc[string](func(*rmqflow.AckableMessage[string]) rmqflow.Decision { return rmqflow.Ack() })
 	throttle := map[string]func(*rmqflow.ThrottleConfig){
@@ -121,6 +134,7 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		set(&c)
 		_, err := rmqflow.NewThrottle(src.Acker(), policy, c)
 		check("ThrottleConfig."+option, option, err)
+		check("ThrottleConfig.Validate "+option, option, c.Validate())
 	}
 	pool := map[string]func(*rmqflow.AckPoolConfig){
 		"MaxBatch":    func(c *rmqflow.AckPoolConfig) { c.MaxBatch = -1 },
@@ -136,6 +150,7 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 			_ = p.Release(context.Background())
 		}
 		check("AckPoolConfig."+option, option, err)
+		check("AckPoolConfig.Validate "+option, option, c.Validate())
 	}
 }
 

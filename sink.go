@@ -63,6 +63,11 @@ func (c SinkConfig) withDefaults() SinkConfig {
 	return c
 }
 
+// Validate reports what NewSink would refuse in c (an *OptionError naming
+// the field, or a Connection error) without connecting: for configurations
+// built long before their sink, such as a pipeline's.
+func (c SinkConfig) Validate() error { return c.validate() }
+
 func (c SinkConfig) validate() error {
 	if err := c.Connection.validate(); err != nil {
 		return err

@@ -132,6 +132,10 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	return c
 }
 
+// Validate reports what NewSource would refuse in c (an *OptionError naming
+// the field, or a Connection error) without building a source.
+func (c SourceConfig) Validate() error { return c.withDefaults().validate() }
+
 func (c SourceConfig) validate() error {
 	if err := c.Connection.validate(); err != nil {
 		return err

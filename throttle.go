@@ -182,6 +182,9 @@ func (c ThrottleConfig) withDefaults() ThrottleConfig {
 	return c
 }
 
+// Validate reports what NewThrottle would refuse in c.
+func (c ThrottleConfig) Validate() error { return c.validate() }
+
 func (c ThrottleConfig) validate() error {
 	switch {
 	case c.MaxDeliveryAttempt < 0:

@@ -9,7 +9,7 @@ if [ "${1:-}" != "--inner" ]; then
   exec scripts/with-broker.sh "$0" --inner "$@"
 fi
 shift
-for mod in . bench rmqfake/officialclient_test integrations/benthos integrations/watermill; do
+for mod in . bench rmqfake/officialclient_test integrations/benthos integrations/watermill integrations/beam; do
   echo "== go vet ($mod)"
   (cd "$mod" && go vet ./...)
 done
@@ -51,6 +51,17 @@ echo "== go test (integrations/benthos)"
 # nack/close/dead-letter semantics, and a Router with Retry and PoisonQueue.
 echo "== go test (integrations/watermill)"
 (cd integrations/watermill && go test -race -count=1 -timeout 15m ./...)
+# The Beam IO (its own module: Beam is heavy): every pipeline on Prism, Beam's
+# Go runner, in process, against rmqfake and the real broker: read/ack, a job
+# that dies mid-stream and its rerun, self-checkpointing under a stream, ack
+# failures as a PCollection, throttle, write-then-ack, and the examples.
+# TestCrashMidStreamLosesNothing fails a job on purpose, and a failed job
+# trips a data race inside Beam's own harness (v2.77.0 harness.go:195 closes
+# the channel harness.go:213 may still send on), so that test runs without
+# -race; every other test of the module runs under it.
+echo "== go test (integrations/beam)"
+(cd integrations/beam && go test -race -count=1 -timeout 15m -skip TestCrashMidStreamLosesNothing ./... &&
+  go test -count=1 -timeout 10m -run TestCrashMidStreamLosesNothing ./...)
 # The bench module: the harness's own unit tests (statistics, report, plan)
 # run; the peer tests need RMQFLOW_BENCH=1 (make bench), so the rest is only
 # built and vetted here.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,21 +13,22 @@ import (
 	"github.com/rmqflow/rmqflow/client"
 )
 
-// Metadata keys set on every message the input emits. User properties are
-// set under their own names as well.
+// Metadata keys set on every message the input emits: rmqflow's attribute
+// names (rmqflow.Metadata.Attributes). User properties are set under their
+// own names as well.
 const (
-	MetaTopic           = "rocketmq_topic"
-	MetaLiteTopic       = "rocketmq_lite_topic"
-	MetaMessageID       = "rocketmq_message_id"
-	MetaTag             = "rocketmq_tag"
-	MetaKeys            = "rocketmq_keys"
-	MetaMessageGroup    = "rocketmq_message_group"
-	MetaDeliveryAttempt = "rocketmq_delivery_attempt"
-	MetaBornTime        = "rocketmq_born_time"
-	MetaBornHost        = "rocketmq_born_host"
-	MetaStoreTime       = "rocketmq_store_time"
-	MetaDeadLettered    = "rocketmq_dead_lettered"
-	MetaHandle          = "rocketmq_handle"
+	MetaTopic           = rmqflow.AttrTopic
+	MetaLiteTopic       = rmqflow.AttrLiteTopic
+	MetaMessageID       = rmqflow.AttrMessageID
+	MetaTag             = rmqflow.AttrTag
+	MetaKeys            = rmqflow.AttrKeys
+	MetaMessageGroup    = rmqflow.AttrMessageGroup
+	MetaDeliveryAttempt = rmqflow.AttrDeliveryAttempt
+	MetaBornTime        = rmqflow.AttrBornTime
+	MetaBornHost        = rmqflow.AttrBornHost
+	MetaStoreTime       = rmqflow.AttrStoreTime
+	MetaDeadLettered    = rmqflow.AttrDeadLettered
+	MetaHandle          = rmqflow.AttrHandle
 )
 
 // Ack modes of the input.
@@ -453,22 +452,8 @@ func (in *input) message(m *rmqflow.AckableMessage[[]byte]) *service.Message {
 		msg.MetaSetMut(k, v)
 	}
 	meta := m.Meta
-	msg.MetaSetMut(MetaTopic, meta.Topic)
-	msg.MetaSetMut(MetaMessageID, meta.MessageID)
-	msg.MetaSetMut(MetaDeliveryAttempt, strconv.Itoa(int(meta.DeliveryAttempt)))
-	for k, v := range map[string]string{MetaLiteTopic: meta.LiteTopic, MetaTag: meta.Tag, MetaKeys: strings.Join(meta.Keys, " "),
-		MetaMessageGroup: meta.MessageGroup, MetaBornHost: meta.BornHost} {
-		if v != "" {
-			msg.MetaSetMut(k, v)
-		}
-	}
-	for k, t := range map[string]time.Time{MetaBornTime: meta.BornTime, MetaStoreTime: meta.StoreTime} {
-		if !t.IsZero() {
-			msg.MetaSetMut(k, t.UTC().Format(time.RFC3339Nano))
-		}
-	}
-	if meta.DeadLettered() {
-		msg.MetaSetMut(MetaDeadLettered, "true")
+	for k, v := range meta.Attributes() {
+		msg.MetaSetMut(k, v)
 	}
 	if in.manual || in.handleMeta {
 		if b, err := m.Handle.MarshalJSON(); err == nil {

@@ -198,7 +198,7 @@ func (o *output) record(msg *service.Message) (string, rmqflow.Record, error) {
 	}
 	if o.metadata != nil {
 		_ = o.metadata.Walk(msg, func(k, v string) error {
-			if !strings.HasPrefix(k, "rocketmq_") && !client.IsSystemProperty(k) {
+			if !strings.HasPrefix(k, rmqflow.AttrPrefix) && !client.IsSystemProperty(k) {
 				rec.Properties[k] = v
 			}
 			return nil

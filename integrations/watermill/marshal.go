@@ -2,9 +2,7 @@ package rmqwatermill
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -15,22 +13,23 @@ import (
 // Metadata keys of received messages. They describe the delivery the message
 // came from; DefaultMarshaler sends none of them on, except MetaTag, MetaKeys
 // and MetaMessageGroup, which a forwarded message keeps.
+// They are rmqflow's attribute names (rmqflow.Metadata.Attributes).
 const (
-	MetaTopic           = "rocketmq_topic"
-	MetaLiteTopic       = "rocketmq_lite_topic"
-	MetaMessageID       = "rocketmq_message_id"
-	MetaTag             = "rocketmq_tag"
-	MetaKeys            = "rocketmq_keys" // space-separated
-	MetaMessageGroup    = "rocketmq_message_group"
-	MetaDeliveryAttempt = "rocketmq_delivery_attempt"
-	MetaBornTime        = "rocketmq_born_time"  // RFC 3339, UTC
-	MetaStoreTime       = "rocketmq_store_time" // RFC 3339, UTC
-	MetaBornHost        = "rocketmq_born_host"
-	MetaDeadLettered    = "rocketmq_dead_lettered" // "true" for a copy read from a %DLQ% topic
+	MetaTopic           = rmqflow.AttrTopic
+	MetaLiteTopic       = rmqflow.AttrLiteTopic
+	MetaMessageID       = rmqflow.AttrMessageID
+	MetaTag             = rmqflow.AttrTag
+	MetaKeys            = rmqflow.AttrKeys // space-separated
+	MetaMessageGroup    = rmqflow.AttrMessageGroup
+	MetaDeliveryAttempt = rmqflow.AttrDeliveryAttempt
+	MetaBornTime        = rmqflow.AttrBornTime  // RFC 3339, UTC
+	MetaStoreTime       = rmqflow.AttrStoreTime // RFC 3339, UTC
+	MetaBornHost        = rmqflow.AttrBornHost
+	MetaDeadLettered    = rmqflow.AttrDeadLettered // "true" for a copy read from a %DLQ% topic
 	// MetaHandle is the receipt handle as JSON (rmqflow.ReceiptHandle's
 	// MarshalJSON): another process can ack the message with it through an
 	// rmqflow.AckPool. It holds no credential.
-	MetaHandle = "rocketmq_handle"
+	MetaHandle = rmqflow.AttrHandle
 )
 
 // UUIDProperty is the user property that carries a Watermill message's UUID.
@@ -38,7 +37,7 @@ const (
 // id as UUID.
 const UUIDProperty = "_watermill_message_uuid"
 
-const metaPrefix = "rocketmq_"
+const metaPrefix = rmqflow.AttrPrefix
 
 // Marshaler turns a Watermill message into an rmqflow record.
 type Marshaler interface {
@@ -100,22 +99,8 @@ func (d DefaultMarshaler) Unmarshal(m *rmqflow.AckableMessage[[]byte]) (*message
 			msg.Metadata.Set(k, v)
 		}
 	}
-	msg.Metadata.Set(MetaTopic, meta.Topic)
-	msg.Metadata.Set(MetaMessageID, meta.MessageID)
-	msg.Metadata.Set(MetaDeliveryAttempt, strconv.Itoa(int(meta.DeliveryAttempt)))
-	for k, v := range map[string]string{MetaLiteTopic: meta.LiteTopic, MetaTag: meta.Tag, MetaKeys: strings.Join(meta.Keys, " "),
-		MetaMessageGroup: meta.MessageGroup, MetaBornHost: meta.BornHost} {
-		if v != "" {
-			msg.Metadata.Set(k, v)
-		}
-	}
-	for k, t := range map[string]time.Time{MetaBornTime: meta.BornTime, MetaStoreTime: meta.StoreTime} {
-		if !t.IsZero() {
-			msg.Metadata.Set(k, t.UTC().Format(time.RFC3339Nano))
-		}
-	}
-	if meta.DeadLettered() {
-		msg.Metadata.Set(MetaDeadLettered, "true")
+	for k, v := range meta.Attributes() {
+		msg.Metadata.Set(k, v)
 	}
 	if d.WithHandle {
 		b, err := m.Handle.MarshalJSON()
