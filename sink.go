@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"strconv"
 	"sync"
 	"time"
 
@@ -45,6 +46,14 @@ type SinkConfig struct {
 	// Linger is how long a record waits for others to share its call.
 	// Default 5 ms.
 	Linger time.Duration
+	// Unordered drops the order of records of one lite topic or message
+	// group: any free sender takes them, and a sender sends its batch's
+	// records with a lite topic or group concurrently, each in a call of its
+	// own (up to 16 at once). One lite topic is then no longer limited to one
+	// record per round trip, but its records may be stored in any order.
+	// Default false: each lite topic's and group's records are stored in the
+	// order written.
+	Unordered bool
 }
 
 func (c SinkConfig) withDefaults() SinkConfig {
@@ -143,7 +152,7 @@ var ErrSinkClosed = errors.New("rmqflow: sink closed")
 // topic or group has its result, retries included. A record that fails for
 // good leaves a gap (its future reports the error); the records after it are
 // still sent. Records with neither are sent by whichever sender is free, in
-// no particular order.
+// no particular order; so are all records with SinkConfig.Unordered.
 type Sink struct {
 	cfg     SinkConfig
 	c       *client.Client
@@ -259,7 +268,7 @@ func orderKey(m *client.Message) string {
 // else the queue every sender takes from.
 func (s *Sink) queueOf(m *client.Message) chan pendingSend {
 	key := orderKey(m)
-	if key == "" {
+	if key == "" || s.cfg.Unordered {
 		return s.in
 	}
 	return s.keyed[maphash.String(s.seed, key)%uint64(len(s.keyed))]
@@ -398,6 +407,9 @@ func (s *Sink) send(batch []pendingSend) {
 		if k == "" {
 			plain = append(plain, p)
 			continue
+		}
+		if s.cfg.Unordered {
+			k = strconv.Itoa(len(order)) // a chain of its own: sent concurrently with the others
 		}
 		if chains == nil {
 			chains = map[string][]pendingSend{}

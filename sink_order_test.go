@@ -239,3 +239,75 @@ func TestSinkKeepsGroupOrderAcrossQueues(t *testing.T) {
 		must(t, src.Acker().Ack(ctx, m.Handle))
 	}
 }
+
+// TestSinkUnorderedSendsOneLiteTopicConcurrently: with Unordered, records of
+// one lite topic are in flight together (each in a call of its own), so a
+// hot lite topic is not held to one record per round trip; without it, never
+// more than one at a time.
+func TestSinkUnorderedSendsOneLiteTopicConcurrently(t *testing.T) {
+	for _, unordered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unordered=%v", unordered), func(t *testing.T) {
+			s := rmqfake.NewForTest(t)
+			if err := s.CreateTopic("lt", rmqfake.TopicLite); err != nil {
+				t.Fatal(err)
+			}
+			const want = 4 // calls of the one lite topic to hold at once
+			var (
+				mu             sync.Mutex
+				inFlight, most int
+				perCall        = true
+				enough         = make(chan struct{})
+				hold           = 2 * time.Second
+			)
+			if !unordered {
+				hold = 100 * time.Millisecond // ordered: a second call never comes while one is held
+			}
+			s.Intercept("SendMessage", func(c rmqfake.Call) rmqfake.Verdict {
+				n := len(c.Request.(*v2.SendMessageRequest).GetMessages())
+				mu.Lock()
+				perCall = perCall && n == 1
+				inFlight++
+				most = max(most, inFlight)
+				if inFlight == want {
+					close(enough)
+				}
+				mu.Unlock()
+				select { // hold the call until want are in flight (or hold passed)
+				case <-enough:
+				case <-time.After(hold):
+				}
+				mu.Lock()
+				inFlight--
+				mu.Unlock()
+				return rmqfake.Verdict{}
+			})
+			ctx := rmqtest.Context(t, 30*time.Second)
+			sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: s.Addr()},
+				Topic: "lt", LiteTopic: "hot", Concurrency: 2, Unordered: unordered})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sink.Close(ctx)
+			recs := make([]rmqflow.Record, want)
+			for i := range recs {
+				recs[i] = rmqflow.Record{Body: []byte(strconv.Itoa(i))}
+			}
+			for i, err := range func() []error { _, errs := sink.Send(ctx, recs...); return errs }() {
+				if err != nil {
+					t.Fatalf("record %d: %v", i, err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !perCall {
+				t.Error("a call carried several lite records: the broker would lose them (scenario k)")
+			}
+			if unordered && most < want {
+				t.Errorf("Unordered: at most %d calls of one lite topic in flight, want %d", most, want)
+			}
+			if !unordered && most != 1 {
+				t.Errorf("ordered: %d calls of one lite topic in flight at once, want 1", most)
+			}
+		})
+	}
+}
