@@ -86,6 +86,10 @@ func (b *broker) expireLite(lq *liteQueue) {
 		lq.main.liteSeq = lq.q.end()
 	}
 	delete(lq.main.lite, lq.name)
+	// Its exact subscribers leave it below: their claim on its messages
+	// (liteWanted) goes too, or a later lite topic of the same name would
+	// keep its messages for them for good.
+	delete(lq.main.liteWanted, lq.name)
 	for _, sub := range b.liteSubs {
 		if sub.main == lq.main {
 			sub.remove(lq.name)

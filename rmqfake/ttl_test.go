@@ -56,3 +56,40 @@ func TestLiteTTL(t *testing.T) {
 		t.Errorf("after the deletion the wildcard group got %v, want only [a2]", bodies(got))
 	}
 }
+
+// TestLiteTTLForgetsExactSubscribers: a lite topic deleted for its TTL takes
+// its exact subscribers' claim on its messages with it (they left its
+// subscription silently). A later message of the same name, read and acked
+// by a wildcard group, is freed; before the fix the deleted topic's old
+// subscriber kept every later message of that name stored for good.
+func TestLiteTTLForgetsExactSubscribers(t *testing.T) {
+	t.Parallel()
+	s, clk := start(t)
+	must(t, s.CreateTopic("t-ttl2", rmqfake.TopicLite, rmqfake.LiteTTL(1)))
+	must(t, s.CreateGroup("g-ttl2", rmqfake.LiteBind("t-ttl2"), rmqfake.Wildcard()))
+	must(t, s.CreateGroup("g-ttl2-exact", rmqfake.LiteBind("t-ttl2")))
+	p := producer(t, s)
+	ex := session(t, s, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: "g-ttl2-exact",
+		Subscriptions: []client.Subscription{{Topic: "t-ttl2"}}})
+	must(t, ex.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: "t-ttl2", Group: "g-ttl2-exact", LiteTopics: []string{"x"}}))
+	send(t, p, &client.Message{Topic: "t-ttl2", LiteTopic: "x", Body: []byte("x1")})
+	clk.Advance(15 * time.Minute) // the first scan deletes x, idle 15 min
+	if _, ok := s.Stats().Topics["t-ttl2"].LiteTopics["x"]; ok {
+		t.Fatal("lite topic x not deleted at the first scan")
+	}
+	if n := s.Stats().LiteSubscriptions; n != 0 {
+		t.Fatalf("%d lite subscriptions after x was deleted, want 0", n)
+	}
+
+	send(t, p, &client.Message{Topic: "t-ttl2", LiteTopic: "x", Body: []byte("x2")})
+	w := session(t, s, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: "g-ttl2",
+		Subscriptions: []client.Subscription{{Topic: "t-ttl2"}}, LiteWildcard: true})
+	got := receiveNow(t, w, client.ReceiveRequest{Group: "g-ttl2", Topic: "t-ttl2", Lite: true, InvisibleDuration: time.Minute, LongPollingTimeout: 5 * time.Second})
+	if fmtSlice(bodies(got)) != "[x2]" {
+		t.Fatalf("the wildcard group got %v, want [x2]", bodies(got))
+	}
+	ackAll(t, w, "g-ttl2", "t-ttl2", got)
+	if st := s.Stats(); st.Topics["t-ttl2"].LiteTopics["x"].Backlog != 0 || st.Held != 0 {
+		t.Errorf("after the wildcard group acked x2: x %+v, %d messages held; want none (freed)", st.Topics["t-ttl2"].LiteTopics["x"], st.Held)
+	}
+}
