@@ -137,7 +137,7 @@ func runCrash(t *testing.T, ctx context.Context, rng *rand.Rand, p crashPlan) cr
 		case <-c.exited:
 			t.Fatalf("the final run exited (%v); stderr:\n%s", c.waitErr, c.stderrTail())
 		case <-stallTimer.C:
-			t.Errorf("the final run handled nothing for %v with %d of %d messages seen", p.stall, tl.distinct(), p.messages)
+			t.Errorf("the final run handled nothing for %v with %d of %d messages seen; stderr:\n%s", p.stall, tl.distinct(), p.messages, c.stderrTail())
 			c.kill()
 			goto check
 		case <-ctx.Done():

@@ -15,7 +15,9 @@
 //	    the write. Messages of other lite topics (left by earlier runs) are
 //	    acked unrecorded. It prints "handled N" to stdout as N grows, and
 //	    shuts down cleanly on SIGTERM or SIGINT (the Runner's shutdown), then
-//	    prints "stopped handled=N".
+//	    prints "stopped handled=N". Every 10 s it prints a status line to
+//	    stderr: handled, ReceiveMessage calls, messages fetched and emitted,
+//	    ack results.
 package main
 
 import (
@@ -145,8 +147,9 @@ func consume(args []string) error {
 		return err
 	}
 	defer f.Close()
+	cnt := &counts{}
 	src, err := rmqflow.NewSource(rmqflow.SourceConfig{
-		Connection:        rmqflow.Connection{Endpoints: *endpoint, Logger: logger()},
+		Connection:        rmqflow.Connection{Endpoints: *endpoint, Logger: logger(), Meter: countingMeter{c: cnt}},
 		Lite:              []rmqflow.LiteBinding{{Topic: *topic, Group: *group}},
 		InvisibleDuration: *invisible,
 		AwaitDuration:     5 * time.Second,
@@ -203,6 +206,9 @@ func consume(args []string) error {
 			}
 		}
 	}()
+	// A status line every 10 s on stderr: a run that stalls shows whether
+	// its receives came back empty, failed, or brought messages of others.
+	go cnt.status(ctx, os.Stderr, 10*time.Second, &handled)
 	fmt.Fprintln(out, "running")
 	out.Flush()
 	err = r.Run(ctx)
