@@ -45,7 +45,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."s", as in docs/broker-semantics.md
+	ID   string // "a".."u", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -71,6 +71,7 @@ var Scenarios = []Scenario{
 	{"q", "SQLFilters", SQLFilters},
 	{"r", "RecallDelayed", RecallDelayed},
 	{"s", "ExclusiveLiteTakeover", ExclusiveLiteTakeover},
+	{"u", "LiteTopicTTLExpiry", LiteTopicTTLExpiry},
 }
 
 // Env gives scenarios clients bound to the target.

@@ -29,6 +29,9 @@
 #   RMQ_BROKER_PORT  broker remoting port (default 18911; it also uses -2 and +1)
 #   RMQ_PROXY_REMOTING_PORT  proxy remoting port (default 18080)
 #   RMQ_HEAP         max heap of each JVM (default 1g)
+#   RMQ_MIN_LITE_TTL_MS, RMQ_LITE_TTL_CHECK_MS  broker.conf minLiteTTl and
+#                    liteTtlCheckInterval (default 0 and 5000, for conformance
+#                    scenario u; the 5.5.0 defaults are 900000 and 120000)
 #   RMQ_START_TIMEOUT seconds to wait for the gRPC port (default 120)
 #   RMQ_PROXY_STOP_GRACE  seconds restart-proxy lets the proxy exit before
 #                    killing it (default 3)
@@ -43,6 +46,8 @@ RMQ_NAMESRV_PORT=${RMQ_NAMESRV_PORT:-19876}
 RMQ_GRPC_PORT=${RMQ_GRPC_PORT:-18081}
 RMQ_BROKER_PORT=${RMQ_BROKER_PORT:-18911}
 RMQ_PROXY_REMOTING_PORT=${RMQ_PROXY_REMOTING_PORT:-18080}
+RMQ_MIN_LITE_TTL_MS=${RMQ_MIN_LITE_TTL_MS:-0}
+RMQ_LITE_TTL_CHECK_MS=${RMQ_LITE_TTL_CHECK_MS:-5000}
 RMQ_HEAP=${RMQ_HEAP:-1g}
 RMQ_START_TIMEOUT=${RMQ_START_TIMEOUT:-120}
 
@@ -103,6 +108,12 @@ autoCreateSubscriptionGroup=false
 # RecallMessage (off by default in 5.5.0: every recall fails "operation is
 # forbidden"); conformance scenario r recalls delayed messages.
 recallMessageEnable=true
+# Lite topic TTL: the scan that deletes expired lite topics runs from the
+# start and every RMQ_LITE_TTL_CHECK_MS (5.5.0 defaults: 15 min, 2 min), so
+# that conformance scenario u sees a 1-minute TTL act within 75 s. Only LITE
+# topics with lite.topic.expiration expire. make bench sets the defaults.
+minLiteTTl=$RMQ_MIN_LITE_TTL_MS
+liteTtlCheckInterval=$RMQ_LITE_TTL_CHECK_MS
 CONF
   cat >"$run/conf/rmq-proxy.json" <<CONF
 {
