@@ -151,6 +151,13 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 	if err != nil {
 		return nil, err
 	}
+	// However the bundle ends, it lets go of the source: done (the source
+	// stays for the next bundle, and closes after IdleClose without one), or
+	// retire (closed now). Also when emit panics: it does when a stage fused
+	// behind Read fails the bundle, and a source held for ever would keep
+	// renewing what it fetched, never close, and block the bundle retrying.
+	release := shared.done
+	defer func() { release() }()
 	// A bundle waits at most MaxBundleTime, also when it finds nothing, so
 	// that the watermark moves on while the topic is quiet (windows close,
 	// and their messages get acked, which lets their lite topics go on).
@@ -167,7 +174,6 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 		if err != nil {
 			if ctx.Err() != nil {
 				messagesRead.Inc(ctx, int64(n))
-				shared.done()
 				return nil, ctx.Err()
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -175,7 +181,7 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 			}
 			// The source ended (an outage past MaxOutage, a permanent
 			// error): a later bundle starts a new one.
-			shared.retireLocked()
+			release = shared.retireLocked
 			return nil, fmt.Errorf("rmqio: reading shard %d: %w", r.Shard, err)
 		}
 		el, err := fromRMQ(m)
@@ -192,7 +198,6 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 				log.Warnf(ctx, "rmqio: giving back message %s: %v", m.Meta.MessageID, err)
 			}
 			messagesRead.Inc(ctx, int64(n))
-			shared.done()
 			return sdf.StopProcessing(), nil
 		}
 		if el.DeadLettered {
@@ -205,10 +210,9 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 	messagesRead.Inc(ctx, int64(n))
 	if n == 0 && fn.Cfg.StopAfterIdle > 0 && time.Since(shared.lastMessage) >= fn.Cfg.StopAfterIdle {
 		rt.TryClaim(stopClaim{})
-		shared.retireLocked() // the read is over
+		release = shared.retireLocked // the read is over
 		return sdf.StopProcessing(), nil
 	}
-	shared.done()
 	readCheckpoints.Inc(ctx, 1)
 	if n == 0 {
 		return sdf.ResumeProcessingIn(fn.Cfg.IdleResume), nil

@@ -27,11 +27,18 @@ var sources = struct {
 // bundle uses.
 const DefaultIdleClose = time.Minute
 
+// idleTimer is a source's pending idle close.
+type idleTimer interface{ Stop() bool }
+
+// afterFunc arms an idle close: f runs after d. Tests replace it, to be the
+// clock.
+var afterFunc = func(d time.Duration, f func()) idleTimer { return time.AfterFunc(d, f) }
+
 type sharedSource struct {
 	key   string
 	src   *rmqflow.Source[[]byte]
 	mu    sync.Mutex // held by the one bundle reading from it
-	idle  *time.Timer
+	idle  idleTimer
 	after time.Duration
 	// lastMessage is when the source last gave a message (or started):
 	// StopAfterIdle counts from it. Guarded by mu.
@@ -97,7 +104,7 @@ func (s *sharedSource) current() bool {
 // done ends a bundle's hold; the source closes if no bundle takes it within
 // its idle time.
 func (s *sharedSource) done() {
-	s.idle = time.AfterFunc(s.after, func() {
+	s.idle = afterFunc(s.after, func() {
 		if !s.mu.TryLock() {
 			return // a bundle has it again
 		}
