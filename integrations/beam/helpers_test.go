@@ -111,8 +111,11 @@ func seenBodies(label string) map[string]int {
 
 func resetSeen(label string) {
 	seen.Lock()
-	defer seen.Unlock()
 	delete(seen.m, label)
+	seen.Unlock()
+	crashCounts.Lock()
+	delete(crashCounts.m, label) // a test run again (-count) starts a fresh worker
+	crashCounts.Unlock()
 }
 
 // recordFn notes each message's body under Label and passes it on.
