@@ -102,6 +102,21 @@ type RunnerConfig struct {
 	// e), so a hot lite topic's backlog stays on the broker and the others
 	// keep their room (TestRunnerHotLiteTopicLeavesRoomForCold).
 	MaxHeld int
+	// PipelineAcks lets a lite topic's (or message group's) next message
+	// start as soon as its predecessor's handler returned Ack, without
+	// waiting for the broker's answer to that ack. The messages of a lite
+	// topic still run one at a time and in order, and an ack that fails
+	// still holds back the lite topic's messages not yet started until the
+	// failed one has come back. But those that started while its ack was on
+	// the wire have run, and the failed one runs again after them, together
+	// with those of them it came with in one receive (the broker moves a
+	// lite topic's offset only up to the first unacked message of a
+	// receive): duplicates out of order (TestRunnerPipelineAcksFailedAck).
+	// Worth it with fast handlers over few lite topics, where waiting for
+	// each answer is most of a message's time (BenchmarkRunnerVsLoop).
+	// Default false: a lite topic's next message starts only after its
+	// predecessor's ack was answered OK.
+	PipelineAcks bool
 }
 
 // DefaultRunnerMaxHeld is the least default of RunnerConfig.MaxHeld.
@@ -180,7 +195,8 @@ type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause
 // without waiting for the broker's answer; but the lite topic stays owned
 // until that answer came: its next message starts only after its
 // predecessor's ack was answered OK, so no message runs while an earlier
-// one of its lite topic may still come back. A failed ack (refused, expired
+// one of its lite topic may still come back (RunnerConfig.PipelineAcks
+// trades that for speed). A failed ack (refused, expired
 // handle, or sent with its outcome unknown) counts as a message that ended
 // without an ack: it is expected back, and the lite topic's later messages
 // are held back behind it as above. If the ack did take effect after all
@@ -531,6 +547,11 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 		default:
 			switch out, until := d.process(ctx, m); out {
 			case outAck:
+				if d.r.cfg.PipelineAcks {
+					// The key goes on at once; the answer only settles m.
+					d.acker.ackThen(d.ackCtx, m.Handle, func(err error) { d.ackedPipelined(k, m, err) })
+					continue
+				}
 				// The worker is free at once; the key stays busy until the
 				// broker answered, so that its next message never starts
 				// before this one is known acked.
@@ -579,6 +600,29 @@ func (d *dispatcher[T]) acked(k string, st *keyState[T], m *AckableMessage[T], e
 	if len(st.queue) == 0 && st.block == nil {
 		delete(d.keys, k)
 	}
+}
+
+// ackedPipelined is the completion of m's ack under PipelineAcks: the key
+// did not wait for it. A failed ack blocks the key behind m as acked does,
+// for the messages of the key not started yet.
+func (d *dispatcher[T]) ackedPipelined(k string, m *AckableMessage[T], err error) {
+	if err != nil {
+		d.r.src.log.Warn("rmqflow: runner could not ack a message; it will be delivered again, after the later messages of its lite topic that already ran (PipelineAcks)",
+			"handle", m.Handle.String(), "err", err)
+		d.r.returns.add(m.Meta.MessageID)
+		now := d.r.now()
+		d.mu.Lock()
+		st := d.keys[k]
+		if st == nil { // the key ran dry meanwhile: keep its block
+			st = &keyState[T]{}
+			d.keys[k] = st
+		}
+		st.block = &keyBlock{head: m.Meta.MessageID, since: now, until: now, expire: now.Add(d.r.src.cfg.InvisibleDuration)}
+		d.mu.Unlock()
+	} else {
+		d.r.returns.forget(m.Meta.MessageID)
+	}
+	d.settled()
 }
 
 // minHoldBack is the shortest deferral of a message held back behind its

@@ -9,7 +9,8 @@ package rmqflow
 //     message with Acker.AckAsync, never waiting for an ack (the rmqflow
 //     bench peer);
 //   - runner: a Runner with 16 workers whose handler returns Ack() at once;
-//   - runner-throttle: the same with a FairShare throttle (default
+//   - runner-pipelined: the same with RunnerConfig.PipelineAcks;
+//   - runner-throttle: the runner with a FairShare throttle (default
 //     FairShareConfig, default ThrottleConfig).
 //
 // All three read through the same SourceConfig (FetchConcurrency 4, 32 per
@@ -73,7 +74,7 @@ const (
 
 func BenchmarkRunnerVsLoop(b *testing.B) {
 	for _, lites := range []int{100, 10_000, 100_000} {
-		for _, kind := range []string{"loop", "runner", "runner-throttle"} {
+		for _, kind := range []string{"loop", "runner", "runner-pipelined", "runner-throttle"} {
 			b.Run(fmt.Sprintf("%s/lite=%d", kind, lites), func(b *testing.B) {
 				rbRun(b, kind, lites)
 			})
@@ -192,7 +193,7 @@ func rbRun(b *testing.B, kind string, lites int) {
 		h := func(ctx context.Context, m *AckableMessage[[]byte]) (Decision, error) {
 			return Ack(), nil
 		}
-		r, err := NewRunner(src, h, RunnerConfig{Concurrency: rbWorkers})
+		r, err := NewRunner(src, h, RunnerConfig{Concurrency: rbWorkers, PipelineAcks: kind == "runner-pipelined"})
 		rbMust(b, err)
 		if kind == "runner-throttle" {
 			fair, err := FairShare[[]byte](FairShareConfig{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -352,3 +353,128 @@ func TestRunnerFailedAckKeepsOrder(t *testing.T) {
 		t.Fatalf("handler saw %v, want %v", got, want)
 	}
 }
+
+// TestRunnerPipelineAcksStartsNextBeforeTheAnswer: with PipelineAcks, a lite
+// topic's next message starts while its predecessor's ack is still on the
+// wire (m1's ack held 300 ms: m2 starts with nothing acked yet), and the
+// messages still run one at a time and in order.
+func TestRunnerPipelineAcksStartsNextBeforeTheAnswer(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	r := newOrderRig(t, false)
+	ctx := rmqtest.Context(t, 30*time.Second)
+	r.send(ctx, "a", "m1", "m2", "m3") // a backlog: one batch
+	var m1 atomic.Value
+	r.fake.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
+		for _, e := range c.Request.(*v2.AckMessageRequest).GetEntries() {
+			if id, _ := m1.Load().(string); id != "" && e.GetMessageId() == id {
+				return rmqfake.Verdict{Delay: 300 * time.Millisecond}
+			}
+		}
+		return rmqfake.Verdict{}
+	})
+	early := atomic.Int64{}
+	early.Store(-1)
+	var running atomic.Int32
+	var overlap atomic.Bool
+	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		if running.Add(1) > 1 {
+			overlap.Store(true)
+		}
+		defer running.Add(-1)
+		switch m.Value {
+		case "m1":
+			m1.Store(m.Meta.MessageID)
+		case "m2":
+			early.Store(r.fake.Stats().Topics["main"].Counts.Acked)
+		}
+		r.record(m.Value)
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: true}, nil)
+	r.settled(ctx, 3)
+	if got, want := r.snapshot(), []string{"m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+	if early.Load() != 0 {
+		t.Fatalf("m2 started with %d acks taken by the broker, want 0: it waited for m1's answer", early.Load())
+	}
+	if overlap.Load() {
+		t.Fatal("two messages of one lite topic ran at once")
+	}
+}
+
+// TestRunnerPipelineAcksFailedAck: with PipelineAcks, m1's ack is refused
+// 300 ms after m1 ran. m2, which started meanwhile, has run; m3, which the
+// handler of m2 holds until the refusal was logged, has not, and is held back
+// behind m1: the handler sees m1, m2, then m1 again (back after its 10 s
+// invisibility) with m2 again (the broker commits a lite topic's offset only
+// up to the first unacked message of a receive, so m2's ack did not keep it
+// from coming back), then m3 once — the duplicates out of order that
+// PipelineAcks trades for speed, and no more.
+func TestRunnerPipelineAcksFailedAck(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	r := newOrderRig(t, false)
+	refusedLogged := make(chan struct{})
+	var logOnce sync.Once
+	conn := r.conn
+	conn.Logger = slog.New(&signalHandler{match: "runner could not ack a message", fire: func() { logOnce.Do(func() { close(refusedLogged) }) }})
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: r.topic, Group: "g"}},
+		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.src.Close(context.Background()) // the rig's, never started: replaced by src
+	r.src = src
+	ctx := rmqtest.Context(t, 60*time.Second)
+	r.send(ctx, "a", "m1", "m2", "m3") // a backlog: one batch
+	var m1 atomic.Value
+	var refused atomic.Bool
+	r.fake.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
+		for _, e := range c.Request.(*v2.AckMessageRequest).GetEntries() {
+			if id, _ := m1.Load().(string); id != "" && e.GetMessageId() == id && refused.CompareAndSwap(false, true) {
+				return rmqfake.Verdict{Delay: 300 * time.Millisecond, Err: status.Error(codes.PermissionDenied, "refused once")}
+			}
+		}
+		return rmqfake.Verdict{}
+	})
+	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		switch m.Value {
+		case "m1":
+			m1.Store(m.Meta.MessageID)
+		case "m2":
+			select { // m3 must find the lite topic blocked behind m1
+			case <-refusedLogged:
+			case <-ctx.Done():
+				return rmqflow.Decision{}, ctx.Err()
+			}
+		}
+		r.record(m.Value)
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: true}, nil)
+	r.waitUntil(ctx, "m3 handled", func(s []string) bool { return count(s, "m3") > 0 })
+	r.settled(ctx, 3)
+	if !refused.Load() {
+		t.Fatal("m1's ack was never refused")
+	}
+	// The broker commits a lite topic's offset only up to the first unacked
+	// message of a receive: m1 comes back with m2, acked after it.
+	if got, want := r.snapshot(), []string{"m1", "m2", "m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+}
+
+// signalHandler is a slog.Handler that calls fire for each record whose
+// message contains match.
+type signalHandler struct {
+	match string
+	fire  func()
+}
+
+func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.match) {
+		h.fire()
+	}
+	return nil
+}
+func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *signalHandler) WithGroup(string) slog.Handler      { return h }

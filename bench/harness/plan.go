@@ -34,6 +34,7 @@ var (
 var allPeers = []peer{
 	{"rmqflow", "loop", both, "rmqflow Source + AckAsync", false},
 	{"rmqflow", "runner", both, "rmqflow Runner", false},
+	{"rmqflow", "runner-pipelined", both, "rmqflow Runner, PipelineAcks", false},
 	{"rmqflow", "runner-throttle", lite, "rmqflow Runner + fair-share throttle", false},
 	{"raw", "raw", both, "raw protocol loop (ceiling)", false},
 	{"official", "simple", normal, "official Go SimpleConsumer, parallel acks", false},

@@ -406,6 +406,7 @@ func (b *bench) targetsTable(w io.Writer) {
 		loop, raw := med("rmqflow/loop", mode), med("raw/raw", mode)
 		row("rmqflow Source + AckAsync ≥ 0.9× raw", mode, safeDiv(loop, raw), 0.9)
 		row("Runner ≥ 0.8× Source + AckAsync", mode, safeDiv(med("rmqflow/runner", mode), loop), 0.8)
+		row("Runner with PipelineAcks ≥ 0.8× Source + AckAsync", mode, safeDiv(med("rmqflow/runner-pipelined", mode), loop), 0.8)
 		if mode == "lite" {
 			row("Runner + throttle ≥ 0.8× Source + AckAsync", mode, safeDiv(med("rmqflow/runner-throttle", mode), loop), 0.8)
 		}

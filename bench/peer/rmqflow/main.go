@@ -1,4 +1,4 @@
-// Command rmqflow is rmqflow's own contender in the benchmark, in three
+// Command rmqflow is rmqflow's own contender in the benchmark, in four
 // variants (--variant; bench/README.md says why each is configured so):
 //
 //   - loop: a Source (FetchConcurrency = --concurrency) read with Next, each
@@ -7,6 +7,9 @@
 //     Next and sleep before acking.
 //   - runner: rmqflow.Runner (Concurrency = --concurrency workers) whose
 //     handler sleeps --handler-delay and returns rmqflow.Ack().
+//   - runner-pipelined: the same Runner with RunnerConfig.PipelineAcks (a
+//     lite topic's next message starts before its predecessor's ack was
+//     answered).
 //   - runner-throttle: the same Runner with SetThrottle(NewThrottle(FairShare
 //     with its defaults)).
 //
@@ -36,10 +39,13 @@ func main() {
 		Variants: []peerkit.Variant{
 			{Name: "loop", Modes: both, Consume: loop},
 			{Name: "runner", Modes: both, Consume: func(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
-				return runner(ctx, f, t, false)
+				return runner(ctx, f, t, false, false)
+			}},
+			{Name: "runner-pipelined", Modes: both, Consume: func(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+				return runner(ctx, f, t, false, true)
 			}},
 			{Name: "runner-throttle", Modes: both, Consume: func(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
-				return runner(ctx, f, t, true)
+				return runner(ctx, f, t, true, false)
 			}},
 		},
 		Flags: func(fs *flag.FlagSet) {
@@ -155,7 +161,7 @@ func counters(t *peerkit.Tracker, acker *rmqflow.Acker) {
 
 // runner: rmqflow.Runner with a handler returning Ack(); the acks' returns
 // are seen through the ack.results metric (see fifo).
-func runner(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker, throttled bool) error {
+func runner(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker, throttled, pipelined bool) error {
 	q := &fifo{}
 	m := &meter{t: t, acked: func(ok bool) {
 		if !ok {
@@ -180,7 +186,7 @@ func runner(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker, throttled 
 		q.push(d)
 		return rmqflow.Ack(), nil
 	}
-	r, err := rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{Concurrency: f.Concurrency})
+	r, err := rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{Concurrency: f.Concurrency, PipelineAcks: pipelined})
 	if err != nil {
 		_ = src.Close(context.Background())
 		return err
