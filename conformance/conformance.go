@@ -24,6 +24,10 @@ type Target struct {
 	Name string
 	// Endpoint is the gRPC access point.
 	Endpoint string
+	// AuthEndpoint is the access point of a proxy of the same broker with
+	// authentication and ACL 2.0 on, and the users and ACLs of
+	// scripts/rocketmq/users.txt (scenario t).
+	AuthEndpoint string
 }
 
 // MinInvisible is the smallest invisible duration the broker accepts on
@@ -45,7 +49,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."s", as in docs/broker-semantics.md
+	ID   string // "a".."t", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -71,6 +75,7 @@ var Scenarios = []Scenario{
 	{"q", "SQLFilters", SQLFilters},
 	{"r", "RecallDelayed", RecallDelayed},
 	{"s", "ExclusiveLiteTakeover", ExclusiveLiteTakeover},
+	{"t", "AuthAndACL", AuthAndACL},
 }
 
 // Env gives scenarios clients bound to the target.

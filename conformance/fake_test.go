@@ -9,8 +9,11 @@ import (
 
 // TestFake runs every scenario against rmqfake, the embedded emulator, with
 // the fixtures the real broker gets (scripts/rocketmq/fixtures.txt) and the
-// real clock: the scenarios are the same, unchanged.
+// real clock: the scenarios are the same, unchanged. As on the real target,
+// the auth endpoint is a second server with the users and ACLs of
+// scripts/rocketmq/users.txt.
 func TestFake(t *testing.T) {
 	s := rmqfake.NewForTest(t, rmqfake.WithProjectFixtures())
-	conformance.Run(t, conformance.Target{Name: "rmqfake", Endpoint: s.Addr()})
+	auth := rmqfake.NewForTest(t, rmqfake.WithProjectFixtures(), rmqfake.WithProjectUsers())
+	conformance.Run(t, conformance.Target{Name: "rmqfake", Endpoint: s.Addr(), AuthEndpoint: auth.Addr()})
 }
