@@ -24,6 +24,10 @@ type Target struct {
 	Name string
 	// Endpoint is the gRPC access point.
 	Endpoint string
+	// AuthEndpoint is the access point of a proxy of the same broker with
+	// authentication and ACL 2.0 on, and the users and ACLs of
+	// scripts/rocketmq/users.txt (scenario t).
+	AuthEndpoint string
 }
 
 // MinInvisible is the smallest invisible duration the broker accepts on
@@ -71,6 +75,7 @@ var Scenarios = []Scenario{
 	{"q", "SQLFilters", SQLFilters},
 	{"r", "RecallDelayed", RecallDelayed},
 	{"s", "ExclusiveLiteTakeover", ExclusiveLiteTakeover},
+	{"t", "AuthAndACL", AuthAndACL},
 	{"u", "LiteTopicTTLExpiry", LiteTopicTTLExpiry},
 }
 

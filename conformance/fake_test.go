@@ -10,10 +10,12 @@ import (
 // TestFake runs every scenario against rmqfake, the embedded emulator, with
 // the fixtures the real broker gets (scripts/rocketmq/fixtures.txt), its
 // broker.conf TTL settings and the real clock: the scenarios are the same,
-// unchanged.
+// unchanged. As on the real target, the auth endpoint is a second server with
+// the users and ACLs of scripts/rocketmq/users.txt.
 func TestFake(t *testing.T) {
-	s := rmqfake.NewForTest(t, rmqfake.WithProjectFixtures(),
-		// broker.conf's TTL settings of the real target (scenario u).
-		rmqfake.MinLiteTTL(conformance.MinLiteTTL), rmqfake.LiteTTLCheckInterval(conformance.LiteTTLCheckInterval))
-	conformance.Run(t, conformance.Target{Name: "rmqfake", Endpoint: s.Addr()})
+	// broker.conf's TTL settings of the real target (scenario u).
+	ttl := []rmqfake.Option{rmqfake.MinLiteTTL(conformance.MinLiteTTL), rmqfake.LiteTTLCheckInterval(conformance.LiteTTLCheckInterval)}
+	s := rmqfake.NewForTest(t, append(ttl, rmqfake.WithProjectFixtures())...)
+	auth := rmqfake.NewForTest(t, rmqfake.WithProjectFixtures(), rmqfake.WithProjectUsers())
+	conformance.Run(t, conformance.Target{Name: "rmqfake", Endpoint: s.Addr(), AuthEndpoint: auth.Addr()})
 }

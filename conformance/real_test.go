@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/rmqflow/rmqflow/conformance"
@@ -8,7 +9,8 @@ import (
 )
 
 // TestRealBroker runs every scenario against the real RocketMQ broker that
-// `make test` starts (RMQFLOW_ENDPOINT).
+// `make test` starts (RMQFLOW_ENDPOINT, and RMQFLOW_AUTH_ENDPOINT for its
+// proxy with authentication and ACLs on).
 func TestRealBroker(t *testing.T) {
-	conformance.Run(t, conformance.Target{Name: "rocketmq", Endpoint: rmqtest.Endpoint(t)})
+	conformance.Run(t, conformance.Target{Name: "rocketmq", Endpoint: rmqtest.Endpoint(t), AuthEndpoint: os.Getenv(rmqtest.EnvAuthEndpoint)})
 }

@@ -446,26 +446,29 @@ func entries(ms []*client.ReceivedMessage) []client.AckEntry {
 
 // AckOnlyClient (j): acking needs no Telemetry session and no lite
 // subscription: a client that never opened a session acks fine. Changing
-// invisibility does need a session (any type: a producer session is enough);
-// without one the proxy fails with INTERNAL_SERVER_ERROR.
+// invisibility does need a session that registered the client: a
+// consumer's, or a producer's with a topic; without one (no session, or a
+// producer's naming no topic) the proxy fails with INTERNAL_SERVER_ERROR.
 func AckOnlyClient(t *testing.T, e *Env) {
 	const s = "j"
 	topic, group := rmqtest.LiteTopic(s), rmqtest.LiteGroup(s)
 	c := e.LiteConsumer(t, s)
 	p := e.Producer(t, topic)
 	run := rmqtest.Unique("j")
-	for _, k := range []string{"bare", "producer", "nosync"} {
+	for _, k := range []string{"bare", "notopic", "producer", "nosync"} {
 		SendLite(t, p, topic, run+"-"+k, k)
 	}
-	got := Collect(rmqtest.Context(t, 30*time.Second), t, c, LiteReq(s, 30*time.Second), OfRun(run), 3)
-	if len(got) != 3 {
-		t.Fatalf("received %d of 3", len(got))
+	got := Collect(rmqtest.Context(t, 30*time.Second), t, c, LiteReq(s, 30*time.Second), OfRun(run), 4)
+	if len(got) != 4 {
+		t.Fatalf("received %d of 4", len(got))
 	}
 	for _, m := range got {
 		var acker *client.Client
 		switch string(m.Body) {
 		case "bare":
 			acker = e.Client(t)
+		case "notopic":
+			acker = e.Producer(t)
 		case "producer":
 			acker = e.Producer(t, topic)
 		case "nosync":
@@ -478,9 +481,9 @@ func AckOnlyClient(t *testing.T, e *Env) {
 		}
 		h, err := acker.ChangeInvisibleDuration(rmqtest.Context(t, 10*time.Second), client.ChangeInvisibleRequest{
 			Group: group, Topic: topic, MessageID: m.MessageID, ReceiptHandle: m.ReceiptHandle, LiteTopic: m.LiteTopic, InvisibleDuration: 30 * time.Second})
-		if string(m.Body) == "bare" {
+		if string(m.Body) == "bare" || string(m.Body) == "notopic" {
 			if Code(err) != client.CodeInternalServerError {
-				t.Errorf("change-invisible by a client without a session: %v, want INTERNAL_SERVER_ERROR", err)
+				t.Errorf("change-invisible by a %s client: %v, want INTERNAL_SERVER_ERROR", m.Body, err)
 			}
 			h = m.ReceiptHandle
 		} else if err != nil {

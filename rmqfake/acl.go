@@ -69,7 +69,10 @@ type ACLEntry struct {
 	SourceIPs []string
 }
 
-// WithACL adds ACL entries.
+// WithACL adds ACL entries. A user has one entry per resource: a later
+// entry for the same user and resource replaces the earlier one (its actions,
+// addresses and decision), as mqadmin createAcl does on 5.5.0 (conformance
+// scenario t's users.txt relies on it).
 func WithACL(entries ...ACLEntry) Option {
 	return func(c *config) { c.acl = append(c.acl, entries...) }
 }
@@ -88,6 +91,7 @@ type aclRule struct {
 
 func parseACL(entries []ACLEntry) ([]aclRule, error) {
 	var out []aclRule
+	at := map[[2]string]int{} // user and resource -> index in out
 	for _, e := range entries {
 		r := aclRule{user: e.User, deny: e.Deny, actions: map[string]bool{}}
 		switch {
@@ -128,13 +132,21 @@ func parseACL(entries []ACLEntry) ([]aclRule, error) {
 			}
 			r.ips = append(r.ips, p)
 		}
+		key := [2]string{e.User, e.Resource}
+		if i, ok := at[key]; ok {
+			out[i] = r
+			continue
+		}
+		at[key] = len(out)
 		out = append(out, r)
 	}
 	return out, nil
 }
 
 // rank orders how specifically r names a resource: literal, then prefix
-// (longer first), then any name of a type, then anything.
+// (longer first), then any name of a type, then anything. Two matching
+// entries of one user rank the same only if they name the same resource,
+// which parseACL prevents; were they to, Deny would win, as in the proxy.
 func (r aclRule) rank() int {
 	switch {
 	case r.anyName && r.typ == "":

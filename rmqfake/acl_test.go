@@ -12,9 +12,10 @@ import (
 // TestACL: with Normal users, requests are checked against their ACL entries
 // as the 5.5.0 proxy checks them (notes/research/auth-acl.md): sends need Pub
 // on the topic, receives Sub on the group and then on the topic; the most
-// specific matching entry decides (a literal name over a prefix, Deny on a
-// tie); an entry limited to other source addresses does not match; a super
-// user is never checked; a disabled user is refused. Every refusal is
+// specific matching entry decides (a literal name over a prefix); a later
+// entry for the same resource replaces the earlier, as mqadmin createAcl
+// does on 5.5.0 (conformance t); an entry limited to other source addresses
+// does not match; a super user is never checked; a disabled user is refused. Every refusal is
 // UNAUTHORIZED with the proxy's text.
 func TestACL(t *testing.T) {
 	t.Parallel()
@@ -34,8 +35,10 @@ func TestACL(t *testing.T) {
 			rmqfake.ACLEntry{User: "pfx", Resource: "Topic:t-*", Actions: []string{"Pub"}},
 			rmqfake.ACLEntry{User: "pfx", Resource: "Topic:" + normalTopic, Actions: []string{"Pub"}, Deny: true},
 			rmqfake.ACLEntry{User: "ip", Resource: "*", Actions: []string{"All"}, SourceIPs: []string{"10.0.0.0/8"}},
+			rmqfake.ACLEntry{User: "tie", Resource: "Topic:" + liteTopic, Actions: []string{"Pub"}, Deny: true},
+			rmqfake.ACLEntry{User: "tie", Resource: "Topic:" + liteTopic, Actions: []string{"Pub"}},
 			rmqfake.ACLEntry{User: "tie", Resource: "Topic:" + normalTopic, Actions: []string{"Pub"}},
-			rmqfake.ACLEntry{User: "tie", Resource: "Topic:" + normalTopic, Actions: []string{"Pub"}, Deny: true},
+			rmqfake.ACLEntry{User: "tie", Resource: "Topic:" + normalTopic, Actions: []string{"Sub"}},
 		))
 	as := func(user string) *client.Client {
 		return newClient(t, s, client.Config{Credentials: client.Credentials{AccessKey: user, AccessSecret: user + "-secret"},
@@ -62,7 +65,8 @@ func TestACL(t *testing.T) {
 	refused("pfx sends to the topic its literal entry denies", sendTo(as("pfx"), normalTopic, ""), "User:pfx has no permission to access Topic:"+normalTopic+from+"the decision is deny.")
 	refused("pfx sends a lite message (the resource is the main topic)", sendTo(as("pfx"), liteTopic, "any-lite"), "")
 	refused("ip sends from an address its entry does not list", sendTo(as("ip"), normalTopic, ""), "User:ip has no permission to access Topic:"+normalTopic+from+"no matched policies.")
-	refused("tie: Deny wins", sendTo(as("tie"), normalTopic, ""), "User:tie has no permission to access Topic:"+normalTopic+from+"the decision is deny.")
+	refused("tie: the later Allow replaced the Deny", sendTo(as("tie"), liteTopic, "x"), "")
+	refused("tie: the later Sub replaced the Pub", sendTo(as("tie"), normalTopic, ""), "User:tie has no permission to access Topic:"+normalTopic+from+"no matched policies.")
 	refused("a super user", sendTo(as("boss"), liteTopic, "x"), "")
 	refused("a disabled user", sendTo(as("off"), normalTopic, ""), "User:off is disabled.")
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -41,21 +40,11 @@ const ProjectFixturesFile = "scripts/rocketmq/fixtures.txt"
 // directory (a package directory while `go test` runs). It lets rmqfake stand
 // in for that broker in the project's own tests.
 func ProjectFixtures() ([]Fixture, error) {
-	dir, err := os.Getwd()
+	path, err := projectFile(ProjectFixturesFile)
 	if err != nil {
 		return nil, err
 	}
-	for {
-		path := filepath.Join(dir, filepath.FromSlash(ProjectFixturesFile))
-		if _, err := os.Stat(path); err == nil {
-			return LoadFixtures(path)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return nil, fmt.Errorf("rmqfake: %s not found above the working directory", ProjectFixturesFile)
-		}
-		dir = parent
-	}
+	return LoadFixtures(path)
 }
 
 // LoadFixtures reads a fixtures file.

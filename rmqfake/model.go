@@ -369,6 +369,21 @@ type session struct {
 	seen int64
 }
 
+// registered tells whether the settings registered the client with the
+// proxy (gave it a channel): a consumer's always, a producer's only with a
+// topic to publish to. ChangeInvisibleDuration and dead-lettering need it
+// (the 5.5.0 proxy dereferences the missing channel otherwise: conformance j
+// and t).
+func (s *session) registered() bool {
+	if s == nil {
+		return false
+	}
+	if p := s.settings.GetPublishing(); p != nil {
+		return len(p.GetTopics()) > 0
+	}
+	return true
+}
+
 // liteSub is the lite subscription of one client id.
 type liteSub struct {
 	group    *group

@@ -55,6 +55,7 @@ type config struct {
 	// fastDispatch: see FastLiteDispatch.
 	fastDispatch bool
 	project      bool
+	projectUsers bool
 	limits       limits
 }
 
@@ -115,6 +116,19 @@ func New(opts ...Option) (*Server, error) {
 			return nil, err
 		}
 		cfg.fixtures = append(fs, cfg.fixtures...)
+	}
+	if cfg.projectUsers {
+		path, err := projectFile(ProjectUsersFile)
+		if err != nil {
+			return nil, err
+		}
+		uo, err := LoadUsers(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range uo {
+			o(&cfg)
+		}
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.NewTextHandler(io.Discard, nil))

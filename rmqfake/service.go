@@ -158,9 +158,9 @@ func (x *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeInv
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.sessions[m.clientID] == nil {
-		// The proxy dereferences the client's missing channel (scenario j).
-		return respond(fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no session: ChangeInvisibleDuration needs Telemetry settings of any type (the proxy fails here with a NullPointerException)", m.clientID))
+	if !b.sessions[m.clientID].registered() {
+		// The proxy dereferences the client's missing channel (scenarios j, t).
+		return respond(fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no session: ChangeInvisibleDuration needs Telemetry settings of a consumer or of a producer with a topic (the proxy fails here with a NullPointerException)", m.clientID))
 	}
 	rn := b.stopRenewal(req.GetReceiptHandle(), key(req.GetGroup(), m.ns))
 	nh, f := b.changeInvisible(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h, inv, req.GetSuspend())
@@ -185,8 +185,8 @@ func (x *service) ForwardMessageToDeadLetterQueue(ctx context.Context, req *v2.F
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.sessions[m.clientID] == nil {
-		return respond(fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no session: ForwardMessageToDeadLetterQueue needs Telemetry settings", m.clientID))
+	if !b.sessions[m.clientID].registered() {
+		return respond(fail(v2.Code_INTERNAL_SERVER_ERROR, "rmqfake: client %s has no session: ForwardMessageToDeadLetterQueue needs Telemetry settings of a consumer or of a producer with a topic", m.clientID))
 	}
 	h, f := parseHandle(req.GetReceiptHandle())
 	if f != nil {

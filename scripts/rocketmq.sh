@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs a real Apache RocketMQ (name server, broker, and a proxy in Cluster mode;
-# three JVMs) on 127.0.0.1 for rmqflow's tests. Cluster mode, not Local: in
+# Runs a real Apache RocketMQ (name server, broker, a proxy in Cluster mode, and
+# a second proxy with authentication and ACL 2.0 on; four JVMs) on 127.0.0.1
+# for rmqflow's tests. Cluster mode, not Local: in
 # 5.5.0 only the cluster proxy serves SyncLiteSubscription (Local mode's
 # LiteSubscriptionService is null). The jars come from Maven Central
 # through mvn; everything it writes stays under $RMQ_STATE (outside git).
@@ -18,7 +19,14 @@
 #                                format of scripts/rocketmq/fixtures.txt) on the
 #                                running broker: one JVM for the whole file
 #   scripts/rocketmq.sh pids     print "name pid" of each running JVM
-#                                (namesrv, broker, proxy)
+#                                (namesrv, broker, proxy; the benchmarks
+#                                sample these three, not the auth proxy)
+#
+# The auth proxy (conformance scenario t) serves the same broker with
+# authenticationEnabled and authorizationEnabled on; its users and ACLs are
+# those of scripts/rocketmq/users.txt, kept in the broker's store (the broker
+# has the metadata providers but checks nothing itself, so the first proxy,
+# mqadmin and the fixtures need no credentials).
 #
 # Settings (environment):
 #   RMQ_VERSION      RocketMQ version (default 5.5.0; see docs/broker-semantics.md
@@ -28,6 +36,9 @@
 #   RMQ_GRPC_PORT    proxy gRPC port (default 18081)
 #   RMQ_BROKER_PORT  broker remoting port (default 18911; it also uses -2 and +1)
 #   RMQ_PROXY_REMOTING_PORT  proxy remoting port (default 18080)
+#   RMQ_AUTH_GRPC_PORT  auth proxy gRPC port (default 18082)
+#   RMQ_AUTH_PROXY_REMOTING_PORT  auth proxy remoting port (default 18083)
+#   RMQ_AUTH_PROXY   0: `up` does not start the auth proxy (default 1)
 #   RMQ_HEAP         max heap of each JVM (default 1g)
 #   RMQ_MIN_LITE_TTL_MS, RMQ_LITE_TTL_CHECK_MS  broker.conf minLiteTTl and
 #                    liteTtlCheckInterval (default 0 and 5000, for conformance
@@ -48,6 +59,8 @@ RMQ_BROKER_PORT=${RMQ_BROKER_PORT:-18911}
 RMQ_PROXY_REMOTING_PORT=${RMQ_PROXY_REMOTING_PORT:-18080}
 RMQ_MIN_LITE_TTL_MS=${RMQ_MIN_LITE_TTL_MS:-0}
 RMQ_LITE_TTL_CHECK_MS=${RMQ_LITE_TTL_CHECK_MS:-5000}
+RMQ_AUTH_GRPC_PORT=${RMQ_AUTH_GRPC_PORT:-18082}
+RMQ_AUTH_PROXY_REMOTING_PORT=${RMQ_AUTH_PROXY_REMOTING_PORT:-18083}
 RMQ_HEAP=${RMQ_HEAP:-1g}
 RMQ_START_TIMEOUT=${RMQ_START_TIMEOUT:-120}
 
@@ -55,6 +68,7 @@ run="$RMQ_STATE/run"
 cpfile="$RMQ_STATE/classpath-$RMQ_VERSION.txt"
 namesrv_addr="127.0.0.1:$RMQ_NAMESRV_PORT"
 endpoint="127.0.0.1:$RMQ_GRPC_PORT"
+auth_endpoint="127.0.0.1:$RMQ_AUTH_GRPC_PORT"
 cluster=DefaultCluster
 
 log() { printf 'rocketmq: %s\n' "$*" >&2; }
@@ -114,6 +128,10 @@ recallMessageEnable=true
 # topics with lite.topic.expiration expire. make bench sets the defaults.
 minLiteTTl=$RMQ_MIN_LITE_TTL_MS
 liteTtlCheckInterval=$RMQ_LITE_TTL_CHECK_MS
+# The store of users and ACLs (ACL 2.0) the auth proxy reads; the broker itself
+# authenticates nothing (authenticationEnabled stays false).
+authenticationMetadataProvider=org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider
+authorizationMetadataProvider=org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider
 CONF
   cat >"$run/conf/rmq-proxy.json" <<CONF
 {
@@ -125,15 +143,40 @@ CONF
   "localServeAddr": "127.0.0.1"
 }
 CONF
+  write_auth_conf
+}
+
+# write_auth_conf writes the auth proxy's configuration: the first proxy's
+# plus authentication and authorization, with users and ACLs loaded from the
+# broker (cached, refreshed every second instead of every 20).
+write_auth_conf() {
+  mkdir -p "$run/conf" "$run/home-auth"
+  cat >"$run/conf/rmq-proxy-auth.json" <<CONF
+{
+  "rocketMQClusterName": "$cluster",
+  "namesrvAddr": "$namesrv_addr",
+  "proxyMode": "cluster",
+  "grpcServerPort": $RMQ_AUTH_GRPC_PORT,
+  "remotingListenPort": $RMQ_AUTH_PROXY_REMOTING_PORT,
+  "localServeAddr": "127.0.0.1",
+  "authenticationEnabled": true,
+  "authenticationMetadataProvider": "org.apache.rocketmq.proxy.auth.ProxyAuthenticationMetadataProvider",
+  "authorizationEnabled": true,
+  "authorizationMetadataProvider": "org.apache.rocketmq.proxy.auth.ProxyAuthorizationMetadataProvider",
+  "userCacheRefreshSeconds": 1,
+  "aclCacheRefreshSeconds": 1
+}
+CONF
 }
 
 jvm() {
   # $1 name, rest: main class and args. setsid: the JVM gets a session of its
   # own, so that a signal to the process group of whoever started it (a test
   # binary that restarted the proxy, a shell job ending) does not take it down.
-  local name=$1; shift
+  # RMQ_JVM_HOME: the JVM's home (its logs go under it; default $run/home).
+  local name=$1 home=${RMQ_JVM_HOME:-$run/home}; shift
   setsid java -server -Xms128m -Xmx"${RMQ_JVM_HEAP:-$RMQ_HEAP}" -XX:MaxDirectMemorySize=512m -XX:+UseG1GC \
-    -Duser.home="$run/home" -Drocketmq.home.dir="$run/home" \
+    -Duser.home="$home" -Drocketmq.home.dir="$home" \
     -Dcom.rocketmq.proxy.configPath="$run/conf/rmq-proxy.json" \
     -Drocketmq.client.logUseSlf4j=false \
     -cp "$(cat "$cpfile")" "$@" >"$run/$name.out" 2>&1 &
@@ -178,18 +221,39 @@ wait_port_quiet() {
 # start_proxy starts the proxy JVM and waits for its gRPC port. The proxy exits
 # when the broker's cluster is not yet in the name server's routes ("No topic
 # route info ... DefaultCluster"); the registration follows the broker's boot by
-# a moment, so it gets a few tries.
+# a moment, so it gets a few tries. With arguments (name, gRPC port, config,
+# home) it starts another proxy the same way: the auth proxy.
 start_proxy() {
-  local try
+  local name=${1:-proxy} port=${2:-$RMQ_GRPC_PORT} conf=${3:-$run/conf/rmq-proxy.json} home=${4:-$run/home} try
   for try in 1 2 3 4 5; do
-    jvm proxy org.apache.rocketmq.proxy.ProxyStartup -pm cluster -pc "$run/conf/rmq-proxy.json" -n "$namesrv_addr"
-    if wait_port_quiet "$RMQ_GRPC_PORT" proxy; then
+    RMQ_JVM_HOME=$home jvm "$name" org.apache.rocketmq.proxy.ProxyStartup -pm cluster -pc "$conf" -n "$namesrv_addr"
+    if wait_port_quiet "$port" "$name"; then
       return 0
     fi
-    [ "$try" -lt 5 ] || { logs; die "proxy did not start after $try tries"; }
-    log "proxy exited before its port opened (try $try); retrying"
+    [ "$try" -lt 5 ] || { logs; die "$name did not start after $try tries"; }
+    log "$name exited before its port opened (try $try); retrying"
     sleep 2
   done
+}
+
+# start_auth_proxy starts the auth proxy unless it serves already. The broker
+# must have been started with the metadata providers of write_conf (a broker
+# started by an older version of this script has not: it is not restarted
+# behind the back of whoever uses it; the error says what to do).
+start_auth_proxy() {
+  if [ "${RMQ_AUTH_PROXY:-1}" = 0 ] || { pid_alive proxy-auth && port_open "$RMQ_AUTH_GRPC_PORT"; }; then
+    return 0
+  fi
+  [ -f "$run/broker.auth" ] || die "the running broker was started without the ACL metadata providers the auth proxy needs (an older scripts/rocketmq.sh): restart it with scripts/rocketmq.sh down && scripts/rocketmq.sh up"
+  if port_open "$RMQ_AUTH_GRPC_PORT" && ! pid_alive proxy-auth; then
+    die "port $RMQ_AUTH_GRPC_PORT is taken by something this script did not start"
+  fi
+  pid_alive proxy-auth && stop_pid proxy-auth 6
+  write_auth_conf
+  local t0=$SECONDS
+  # It serves one scenario's few requests: a smaller heap.
+  RMQ_JVM_HEAP=512m start_proxy proxy-auth "$RMQ_AUTH_GRPC_PORT" "$run/conf/rmq-proxy-auth.json" "$run/home-auth"
+  log "auth proxy started in $((SECONDS - t0))s"
 }
 
 stop_pid() {
@@ -242,12 +306,20 @@ up() {
     local t0=$SECONDS
     pid_alive namesrv || RMQ_JVM_HEAP=256m jvm namesrv org.apache.rocketmq.namesrv.NamesrvStartup -c "$run/conf/namesrv.conf"
     wait_port "$RMQ_NAMESRV_PORT" "name server" namesrv
-    pid_alive broker || jvm broker org.apache.rocketmq.broker.BrokerStartup -c "$run/conf/broker.conf"
+    if ! pid_alive broker; then
+      jvm broker org.apache.rocketmq.broker.BrokerStartup -c "$run/conf/broker.conf"
+      : >"$run/broker.auth" # this broker has the ACL metadata providers
+    fi
     wait_port "$RMQ_BROKER_PORT" "broker" broker
     wait_log "$run/broker.out" "boot success" "broker" broker
+    # The two proxies start side by side (each waits for its own port).
+    start_auth_proxy &
+    local auth_job=$!
     start_proxy
+    wait "$auth_job" || die "the auth proxy did not start"
     log "started in $((SECONDS - t0))s"
   fi
+  start_auth_proxy
   fixtures
   echo "$endpoint"
 }
@@ -259,7 +331,7 @@ fixtures() {
   # edited fixtures.txt is applied again to a running broker (creating a topic
   # or group that exists only updates it).
   local marker="$run/fixtures.done" sum
-  sum=$(cksum <"$here/rocketmq/fixtures.txt")
+  sum=$(cat "$here/rocketmq/fixtures.txt" "$here/rocketmq/users.txt" | cksum)
   [ -f "$marker" ] && [ "$(cat "$marker")" = "$sum" ] && return 0
   local deadline=$((SECONDS + RMQ_START_TIMEOUT))
   # The broker registers with the name server a moment after the gRPC port opens.
@@ -268,7 +340,7 @@ fixtures() {
     sleep 1
   done
   java -Xmx256m -Duser.home="$run/home" -Drocketmq.home.dir="$run/home" \
-    -cp "$(cat "$cpfile")" "$here/rocketmq/Fixtures.java" "$namesrv_addr" "$cluster" "$here/rocketmq/fixtures.txt" \
+    -cp "$(cat "$cpfile")" "$here/rocketmq/Fixtures.java" "$namesrv_addr" "$cluster" "$here/rocketmq/fixtures.txt" "$here/rocketmq/users.txt" \
     >"$run/fixtures.out" 2>&1 || { cat "$run/fixtures.out" >&2; die "creating fixtures failed"; }
   echo "$sum" >"$marker"
   log "fixtures created"
@@ -294,11 +366,15 @@ pids() {
 
 down() {
   local name
-  for name in proxy broker namesrv; do
+  # The proxies take up to 20 s each to exit: stopped side by side.
+  stop_pid proxy-auth &
+  stop_pid proxy
+  wait
+  for name in broker namesrv; do
     stop_pid "$name"
   done
   # A fresh start gets a fresh store: fixtures and messages of earlier runs go away.
-  rm -rf "$run/store" "$run/fixtures.done"
+  rm -rf "$run/store" "$run/fixtures.done" "$run/broker.auth"
 }
 
 status() {
@@ -311,7 +387,7 @@ status() {
 
 logs() {
   local f
-  for f in "$run"/*.out "$run"/home/logs/rocketmqlogs/{proxy,broker,namesrv}.log; do
+  for f in "$run"/*.out "$run"/home/logs/rocketmqlogs/{proxy,broker,namesrv}.log "$run"/home-auth/logs/rocketmqlogs/{proxy,auth_audit}.log; do
     [ -f "$f" ] || continue
     printf '==== %s (last 60 lines)\n' "$f" >&2
     tail -n 60 "$f" >&2
@@ -325,8 +401,8 @@ case "${1:-}" in
   restart-proxy) restart_proxy ;;
   status) status ;;
   logs) logs ;;
-  env) echo "RMQFLOW_ENDPOINT=$endpoint" ;;
+  env) echo "RMQFLOW_ENDPOINT=$endpoint"; echo "RMQFLOW_AUTH_ENDPOINT=$auth_endpoint" ;;
   apply) apply "${2:-}" ;;
   pids) pids ;;
-  *) sed -n '2,34p' "$0"; exit 2 ;;
+  *) sed -n '2,45p' "$0"; exit 2 ;;
 esac

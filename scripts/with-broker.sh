@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command with a real RocketMQ up: starts it when none runs (and stops
-# it afterwards), exports RMQFLOW_ENDPOINT, and prints the broker's logs when
+# it afterwards), exports RMQFLOW_ENDPOINT and RMQFLOW_AUTH_ENDPOINT (the proxy
+# with authentication and ACLs on), and prints the broker's logs when
 # the command fails. Used by scripts/test.sh and `make bench`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -24,5 +25,6 @@ trap finish EXIT
 
 scripts/rocketmq.sh up
 export RMQFLOW_ENDPOINT="127.0.0.1:${RMQ_GRPC_PORT:-18081}"
+export RMQFLOW_AUTH_ENDPOINT="127.0.0.1:${RMQ_AUTH_GRPC_PORT:-18082}"
 unset RMQFLOW_SKIP_REAL_BROKER
 "$@"

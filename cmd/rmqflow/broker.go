@@ -71,6 +71,7 @@ type brokerFlags struct {
 	topics       specList
 	groups       specList
 	fixtures     string
+	users        string
 	autoCreate   bool
 	fastDispatch bool
 	accessKey    string
@@ -101,6 +102,7 @@ func brokerFlagSet(out io.Writer) (*flag.FlagSet, *brokerFlags) {
 	fs.Var(&f.topics, "topic", "create a topic from `SPEC` (repeatable)")
 	fs.Var(&f.groups, "group", "create a consumer group from `SPEC` (repeatable)")
 	fs.StringVar(&f.fixtures, "fixtures", "", "create the topics and groups listed in `FILE` (the format of scripts/rocketmq/fixtures.txt)")
+	fs.StringVar(&f.users, "users", "", "require signed requests and check ACL 2.0 with the users and ACL entries listed in `FILE` (the format of scripts/rocketmq/users.txt)")
 	fs.BoolVar(&f.autoCreate, "auto-create", false, "create unknown topics on first send, route or receive, and unknown groups on first use (lite consumers get a wildcard group bound to their topic); for development")
 	fs.BoolVar(&f.fastDispatch, "fast-lite-dispatch", false, "deliver a lite backlog to a wildcard consumer as soon as it subscribes (the real broker takes 5 to 15 s)")
 	fs.StringVar(&f.accessKey, "access-key", os.Getenv("RMQFLOW_ACCESS_KEY"), "require requests signed with this access `key` (needs -secret-key)")
@@ -158,6 +160,13 @@ func (f *brokerFlags) options() ([]rmqfake.Option, error) {
 			return nil, err
 		}
 		opts = append(opts, rmqfake.WithFixtures(fx...))
+	}
+	if f.users != "" {
+		uo, err := rmqfake.LoadUsers(f.users)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, uo...)
 	}
 	return opts, nil
 }

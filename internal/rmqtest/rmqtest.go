@@ -20,6 +20,11 @@ import (
 // endpoint. `make test` sets it after scripts/rocketmq.sh up.
 const EnvEndpoint = "RMQFLOW_ENDPOINT"
 
+// EnvAuthEndpoint names the environment variable holding the gRPC endpoint
+// of the real broker's second proxy, the one with authentication and ACL 2.0
+// on (conformance scenario t); scripts/with-broker.sh sets it.
+const EnvAuthEndpoint = "RMQFLOW_AUTH_ENDPOINT"
+
 // EnvSkipBroker, set to 1, skips real-broker tests for local iteration. CI never
 // sets it; a skip is printed loudly.
 const EnvSkipBroker = "RMQFLOW_SKIP_REAL_BROKER"

@@ -1,13 +1,22 @@
-// Creates the topics and consumer groups listed in fixtures.txt on a running
-// RocketMQ cluster. Run as a single-file program (java Fixtures.java) with the
-// RocketMQ tools jars on the class path; scripts/rocketmq.sh does that.
+// Creates the topics and consumer groups listed in fixtures.txt, and the
+// users and ACLs of users.txt, on a running RocketMQ cluster. Run as a
+// single-file program (java Fixtures.java) with the RocketMQ tools jars on
+// the class path; scripts/rocketmq.sh does that.
 //
-// fixtures.txt, one per line ('#' starts a comment):
+// The files, one entry per line ('#' starts a comment):
 //   topic <name> normal|lite|fifo|delay|transaction [queues=N] [ttl=MINUTES]
 //   group <name> [retry=N] [bind=<lite main topic>] [wildcard] [exclusive] [fifo]
+//   user <name> <password> [super] [disabled]
+//   acl <user> <resource>[,<resource>...] <action>[,<action>...] allow|deny [ip=<ip or CIDR>[,...]]
+// A user is created or, when it exists, updated; a user's ACL is replaced by
+// the acl lines that name it (users and ACLs live in the broker's store and
+// need its metadata providers, see scripts/rocketmq.sh).
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -20,8 +29,8 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 public class Fixtures {
     public static void main(String[] args) throws Exception {
-        if (args.length != 3) {
-            System.err.println("usage: Fixtures <namesrv> <cluster> <fixtures.txt>");
+        if (args.length < 3) {
+            System.err.println("usage: Fixtures <namesrv> <cluster> <fixtures.txt>...");
             System.exit(2);
         }
         DefaultMQAdminExt admin = new DefaultMQAdminExt(10_000);
@@ -34,16 +43,20 @@ public class Fixtures {
             if (brokerNames == null || brokerNames.isEmpty()) {
                 throw new IllegalStateException("cluster " + args[1] + " has no broker");
             }
-            List<String> lines = Files.readAllLines(Path.of(args[2]));
+            List<String> lines = new ArrayList<>();
+            for (int i = 2; i < args.length; i++) {
+                lines.addAll(Files.readAllLines(Path.of(args[i])));
+            }
             for (String brokerName : brokerNames) {
                 BrokerData bd = info.getBrokerAddrTable().get(brokerName);
                 String addr = bd.getBrokerAddrs().get(0L);
+                Set<String> aclCleared = new HashSet<>();
                 for (String raw : lines) {
                     String line = raw.replaceAll("#.*", "").trim();
                     if (line.isEmpty()) {
                         continue;
                     }
-                    apply(admin, addr, line.split("\\s+"));
+                    apply(admin, addr, line.split("\\s+"), aclCleared);
                 }
             }
         } finally {
@@ -51,7 +64,15 @@ public class Fixtures {
         }
     }
 
-    static void apply(DefaultMQAdminExt admin, String addr, String[] f) throws Exception {
+    static boolean userExists(DefaultMQAdminExt admin, String addr, String name) {
+        try {
+            return admin.getUser(addr, name) != null;
+        } catch (Exception e) {
+            return false;
+        }
+    }
+
+    static void apply(DefaultMQAdminExt admin, String addr, String[] f, Set<String> aclCleared) throws Exception {
         Map<String, String> opts = new HashMap<>();
         for (int i = 2; i < f.length; i++) {
             String[] kv = f[i].split("=", 2);
@@ -97,6 +118,49 @@ public class Fixtures {
                 gc.setAttributes(attrs);
                 admin.createAndUpdateSubscriptionGroupConfig(addr, gc);
                 System.out.println("group " + f[1] + " " + opts);
+                break;
+            }
+            case "user": {
+                if (f.length < 3) {
+                    throw new IllegalArgumentException("user <name> <password> [super] [disabled]");
+                }
+                List<String> flags = Arrays.asList(f).subList(3, f.length);
+                for (String flag : flags) {
+                    if (!flag.equals("super") && !flag.equals("disabled")) {
+                        throw new IllegalArgumentException("user " + f[1] + ": unknown option " + flag);
+                    }
+                }
+                String type = flags.contains("super") ? "Super" : "Normal";
+                String status = flags.contains("disabled") ? "disable" : "enable";
+                if (!userExists(admin, addr, f[1])) {
+                    admin.createUser(addr, f[1], f[2], type);
+                }
+                admin.updateUser(addr, f[1], f[2], type, status);
+                System.out.println("user " + f[1] + " " + type + " " + status);
+                break;
+            }
+            case "acl": {
+                if (f.length < 5 || !(f[4].equals("allow") || f[4].equals("deny"))) {
+                    throw new IllegalArgumentException("acl <user> <resources> <actions> allow|deny [ip=...]");
+                }
+                String subject = "User:" + f[1];
+                if (aclCleared.add(subject)) {
+                    try {
+                        admin.deleteAcl(addr, subject, null);
+                    } catch (Exception e) {
+                        // no ACL yet
+                    }
+                }
+                List<String> ips = null;
+                for (int i = 5; i < f.length; i++) {
+                    if (!f[i].startsWith("ip=")) {
+                        throw new IllegalArgumentException("acl " + f[1] + ": unknown option " + f[i]);
+                    }
+                    ips = Arrays.asList(f[i].substring(3).split(","));
+                }
+                String decision = f[4].equals("allow") ? "Allow" : "Deny";
+                admin.createAcl(addr, subject, Arrays.asList(f[2].split(",")), Arrays.asList(f[3].split(",")), ips, decision);
+                System.out.println("acl " + subject + " " + f[2] + " " + f[3] + " " + decision + (ips == null ? "" : " " + ips));
                 break;
             }
             default:
