@@ -4,119 +4,174 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
 	"github.com/rmqflow/rmqflow"
 )
 
-// A ledger holds the messages one rule's rocketmq source ingested and that
-// no sink has settled yet, in ingest order (rocketmq_seq). The rule's acking
-// sinks each report the highest seq they delivered; every message up to the
-// lowest of those reports is done — delivered, or dropped by the rule's SQL
-// before a later row was delivered — and is acked.
+// A ledger holds the rows one run of a rule ingested from its rocketmq
+// stream and that no acking sink has settled yet, in ingest order
+// (rocketmq_seq). Each acking sink of the rule reports the highest seq it
+// delivered; every row up to the lowest of those reports is done —
+// delivered, or dropped by the rule's SQL before a later row was delivered,
+// or folded into a window result that was delivered — and a message is
+// acked once all its rows are done.
 //
-// That inference holds because a rule processes its rows in order: one
-// rocketmq stream per rule, concurrency 1, no buffer-full discarding, and
-// windows in processing time (docs/ekuiper.md lists what breaks it).
+// That inference holds because a run processes its rows in order: one
+// rocketmq stream per rule, concurrency 1, no buffer-full discarding, no
+// overlapping or event-time windows. The source checks those options when it
+// connects (rulecheck.go) and refuses to start without them.
 type ledger struct {
-	rule string
+	key ledgerKey
 
-	mu      sync.Mutex
-	acker   *rmqflow.Acker // the source's; nil while no source is attached
-	source  any            // the attached source, to detach only itself
-	next    int64
-	pending []pendingMsg // ascending seq
-	// marks is each acking sink's highest delivered seq; a sink that has
-	// delivered nothing yet holds every ack back.
-	marks map[string]int64
-	// maxAge is how long a message may stay pending: its source stops
-	// renewing it then (Leases.MaxExtension) and it comes back, so the
-	// ledger forgets it.
-	maxAge time.Duration
-	now    func() time.Time
+	mu     sync.Mutex
+	acker  ackerLike // the source's; nil while no source is attached
+	source any       // the attached source, to detach only itself
+	next   int64
+	rows   []pendingRow // ascending seq
+	// expected is how many acking sinks the rule has; marks holds the
+	// highest seq each one delivered. Until every expected sink reported
+	// once, nothing is acked.
+	expected int
+	marks    map[string]int64
+	now      func() time.Time
 }
 
-type pendingMsg struct {
+// ackerLike is what a ledger needs of rmqflow's Acker (a fake in unit tests).
+type ackerLike interface {
+	// ackAll acks hs together and returns each one's result.
+	ackAll(ctx context.Context, hs []rmqflow.ReceiptHandle) []error
+	Release(ctx context.Context, h rmqflow.ReceiptHandle) error
+	Leave(h rmqflow.ReceiptHandle)
+}
+
+// rmqAcker is the source's Acker as a ledger uses it.
+type rmqAcker struct{ *rmqflow.Acker }
+
+// ackAll sends the acks at once (the ack pool batches them) and waits for
+// them all, whatever ctx says: an ack once sent is worth its answer.
+func (a rmqAcker) ackAll(ctx context.Context, hs []rmqflow.ReceiptHandle) []error {
+	futures := make([]*rmqflow.AckFuture, len(hs))
+	for i, h := range hs {
+		futures[i] = a.AckAsync(context.WithoutCancel(ctx), h)
+	}
+	errs := make([]error, len(hs))
+	for i, f := range futures {
+		<-f.Done()
+		errs[i] = f.Err()
+	}
+	return errs
+}
+
+// ledgerKey names one run of a rule: a restarted rule gets a new ledger, so
+// that the old run's closing sinks cannot ack the new run's rows.
+type ledgerKey struct {
+	rule string
+	run  int
+}
+
+func (k ledgerKey) String() string { return fmt.Sprintf("%s (run %d)", k.rule, k.run) }
+
+// heldMsg is one message in the ledger: rows is how many of its rows are
+// not settled yet (a JSON array payload makes one row per element).
+type heldMsg struct {
+	h    rmqflow.ReceiptHandle
+	id   string
+	rows int
+	gone bool // given back after a failure: its other rows ack nothing
+}
+
+type pendingRow struct {
 	seq int64
-	at  time.Time
-	h   rmqflow.ReceiptHandle
+	msg *heldMsg
 }
 
 var ledgers = struct {
 	sync.Mutex
-	m map[string]*ledger
-}{m: map[string]*ledger{}}
+	m map[ledgerKey]*ledger
+}{m: map[ledgerKey]*ledger{}}
 
-// ledgerOf returns rule's ledger, making it on first use (by the source or a
-// sink, whichever starts first).
-func ledgerOf(rule string) *ledger {
+// ledgerOf returns the run's ledger, making it on first use (by the source
+// or a sink, whichever starts first).
+func ledgerOf(k ledgerKey) *ledger {
 	ledgers.Lock()
 	defer ledgers.Unlock()
-	l := ledgers.m[rule]
+	l := ledgers.m[k]
 	if l == nil {
-		l = &ledger{rule: rule, marks: map[string]int64{}, now: time.Now}
-		ledgers.m[rule] = l
+		l = &ledger{key: k, marks: map[string]int64{}, now: time.Now}
+		ledgers.m[k] = l
 	}
 	return l
 }
 
-// errTwoSources: a rule reading two rocketmq streams cannot tell whose rows
-// a window's seq names.
-var errTwoSources = errors.New("rocketmq: a rule reads at most one rocketmq stream when its sinks ack (ack-mode sink)")
+// forget drops the ledger of k from the registry once nothing uses it.
+func forget(l *ledger) {
+	ledgers.Lock()
+	defer ledgers.Unlock()
+	l.mu.Lock()
+	idle := l.source == nil && len(l.marks) == 0
+	l.mu.Unlock()
+	if idle && ledgers.m[l.key] == l {
+		delete(ledgers.m, l.key)
+	}
+}
 
-// attach makes src the ledger's source.
-func (l *ledger) attach(src any, acker *rmqflow.Acker, maxAge time.Duration) error {
+// ErrTwoSources is returned when a rule reads two rocketmq streams whose
+// sinks ack: a window's seq could not tell whose rows it covers.
+var ErrTwoSources = errors.New("rocketmq: a rule whose sinks ack (ack-mode sink) reads one rocketmq stream only")
+
+// attach makes src the ledger's source, with expected acking sinks.
+func (l *ledger) attach(src any, acker ackerLike, expected int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.source != nil && l.source != src {
-		return fmt.Errorf("rule %s: %w", l.rule, errTwoSources)
+		return fmt.Errorf("rule %s: %w", l.key, ErrTwoSources)
 	}
-	l.source, l.acker, l.maxAge = src, acker, maxAge
+	l.source, l.acker, l.expected = src, acker, expected
 	return nil
 }
 
 // detach ends src's part: the messages still pending go back to the group
-// at once (they were not settled), and the ledger forgets them.
+// at once (the run stopped before settling them), and the ledger forgets
+// them.
 func (l *ledger) detach(ctx context.Context, src any) error {
 	l.mu.Lock()
 	if l.source != src {
 		l.mu.Unlock()
 		return nil
 	}
-	pending, acker := l.pending, l.acker
-	l.pending, l.source, l.acker = nil, nil, nil
+	back := l.takeLocked(func(pendingRow) bool { return true })
+	acker := l.acker
+	l.source, l.acker = nil, nil
 	l.mu.Unlock()
-	var first error
-	for _, p := range pending {
-		if err := acker.Release(ctx, p.h); err != nil && first == nil {
-			first = err
+	defer forget(l)
+	var errs []error
+	for _, m := range back {
+		if err := acker.Release(ctx, m.h); err != nil {
+			errs = append(errs, fmt.Errorf("giving back %s: %w", m.id, err))
 		}
 	}
-	return first
+	return errors.Join(errs...)
 }
 
-// add records an ingested message and returns its seq. Messages pending for
-// longer than maxAge are forgotten: their source no longer renews them, and
-// they come back as new rows.
-func (l *ledger) add(h rmqflow.ReceiptHandle) int64 {
+// add records an ingested message of rows rows and returns the seqs given
+// to them, ascending.
+func (l *ledger) add(h rmqflow.ReceiptHandle, rows int) []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
-	if l.maxAge > 0 {
-		n := 0
-		for n < len(l.pending) && now.Sub(l.pending[n].at) > l.maxAge {
-			n++
-		}
-		l.pending = l.pending[n:]
+	m := &heldMsg{h: h, id: h.MessageID, rows: rows}
+	seqs := make([]int64, rows)
+	for i := range seqs {
+		l.next++
+		seqs[i] = l.next
+		l.rows = append(l.rows, pendingRow{seq: l.next, msg: m})
 	}
-	l.next++
-	l.pending = append(l.pending, pendingMsg{seq: l.next, at: now, h: h})
-	return l.next
+	return seqs
 }
 
-// join registers an acking sink; until it reports, nothing is acked.
+// join registers an acking sink; until every expected sink reported, nothing
+// is acked.
 func (l *ledger) join(sink string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -125,85 +180,121 @@ func (l *ledger) join(sink string) {
 	}
 }
 
+// leave unregisters a closing sink.
 func (l *ledger) leave(sink string) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	delete(l.marks, sink)
+	l.mu.Unlock()
+	forget(l)
 }
 
-// delivered records that sink delivered every row up to seq, and acks what
-// every acking sink has now passed. It waits for those acks; a failed ack
-// leaves its message to come back.
+// lowLocked is the seq every acking sink has passed; 0 while a sink the rule
+// has did not report yet.
+func (l *ledger) lowLocked() int64 {
+	if len(l.marks) < l.expected || len(l.marks) == 0 {
+		return 0
+	}
+	low := int64(-1)
+	for _, m := range l.marks {
+		if low < 0 || m < low {
+			low = m
+		}
+	}
+	return low
+}
+
+// takeLocked removes the rows for which drop holds and returns the messages
+// whose last row that was, not given back before.
+func (l *ledger) takeLocked(drop func(pendingRow) bool) []*heldMsg {
+	var done []*heldMsg
+	kept := l.rows[:0]
+	for _, r := range l.rows {
+		if !drop(r) {
+			kept = append(kept, r)
+			continue
+		}
+		r.msg.rows--
+		if r.msg.rows == 0 && !r.msg.gone {
+			done = append(done, r.msg)
+		}
+	}
+	clear(l.rows[len(kept):])
+	l.rows = kept
+	return done
+}
+
+// delivered records that sink delivered every row up to seq, and acks the
+// messages every acking sink has now passed. It waits for those acks; a
+// failed ack leaves its message to come back (a duplicate, not a loss).
 func (l *ledger) delivered(ctx context.Context, sink string, seq int64) error {
 	l.mu.Lock()
 	if seq > l.marks[sink] {
 		l.marks[sink] = seq
 	}
-	low := seq
-	for _, m := range l.marks {
-		low = min(low, m)
-	}
-	n := sort.Search(len(l.pending), func(i int) bool { return l.pending[i].seq > low })
-	done := l.pending[:n:n]
-	l.pending = l.pending[n:]
+	low := l.lowLocked()
+	done := l.takeLocked(func(r pendingRow) bool { return r.seq <= low })
 	acker := l.acker
 	l.mu.Unlock()
 	if acker == nil || len(done) == 0 {
 		return nil
 	}
-	futures := make([]*rmqflow.AckFuture, len(done))
-	for i, p := range done {
-		futures[i] = acker.AckAsync(context.WithoutCancel(ctx), p.h)
+	hs := make([]rmqflow.ReceiptHandle, len(done))
+	for i, m := range done {
+		hs[i] = m.h
 	}
-	var first error
-	for _, f := range futures {
-		select {
-		case <-f.Done():
-			if err := f.Err(); err != nil && first == nil {
-				first = err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
+	var errs []error
+	for i, err := range acker.ackAll(ctx, hs) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ack of %s: %w", done[i].id, err))
 		}
 	}
-	return first
+	return errors.Join(errs...)
 }
 
-// failed gives the messages of seqs back to the group at once: a sink could
-// not deliver their rows, so they are delivered again (as new rows).
-func (l *ledger) failed(ctx context.Context, seqs []int64) error {
-	want := map[int64]bool{}
-	for _, s := range seqs {
-		want[s] = true
-	}
+// failed gives back every message with a row up to seq that is not settled
+// yet: the rows of the failed call, the rows a window folded into them, and
+// the rows the SQL dropped since the last delivery. They are not given back
+// at once: their lease ends and each comes back when its invisibility does,
+// so that the broker counts the attempt and a message that keeps failing
+// ends in the group's dead-letter queue instead of looping.
+func (l *ledger) failed(seq int64) int {
 	l.mu.Lock()
-	var back []rmqflow.ReceiptHandle
-	kept := l.pending[:0]
-	for _, p := range l.pending {
-		if want[p.seq] {
-			back = append(back, p.h)
-		} else {
-			kept = append(kept, p)
+	var back []*heldMsg
+	for _, r := range l.rows {
+		if r.seq > seq {
+			break
+		}
+		if !r.msg.gone {
+			r.msg.gone = true
+			back = append(back, r.msg)
 		}
 	}
-	l.pending = kept
+	// Their rows leave the ledger, later ones of the same message included.
+	l.takeLocked(func(r pendingRow) bool { return r.msg.gone })
 	acker := l.acker
 	l.mu.Unlock()
-	if acker == nil {
-		return nil
-	}
-	var first error
-	for _, h := range back {
-		if err := acker.Release(ctx, h); err != nil && first == nil {
-			first = err
+	if acker != nil {
+		for _, m := range back {
+			acker.Leave(m.h)
 		}
 	}
-	return first
+	return len(back)
 }
 
-// pendingCount is how many messages wait to be settled (tests, status).
-func (l *ledger) pendingCount() int {
+// pending is how many messages wait to be settled (tests, status).
+func (l *ledger) pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.pending)
+	seen := map[*heldMsg]bool{}
+	for _, r := range l.rows {
+		seen[r.msg] = true
+	}
+	return len(seen)
+}
+
+// hasSource reports whether a rocketmq source in ack-mode sink feeds the run.
+func (l *ledger) hasSource() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.source != nil
 }

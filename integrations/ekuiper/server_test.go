@@ -205,4 +205,3 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, s
 	}
 	t.Fatalf("%s: not within %v (last: %s)", what, d, last)
 }
-

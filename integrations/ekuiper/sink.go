@@ -3,7 +3,9 @@ package rmqkuiper
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,12 +32,14 @@ var commonSinkKeys = map[string]bool{"bufferLength": true, "concurrency": true, 
 // sinkConf is the rocketmq sink's configuration.
 type sinkConf struct {
 	sink rmqflow.SinkConfig
-	// Where each record's parts come from: a fixed value or a row field.
-	liteTopic, liteTopicField   string
-	tag, tagField               string
-	keysField, groupField       string
-	propertyFields              []string
-	ack                         bool
+	// Where each record's parts come from: a value (which may be an eKuiper
+	// template such as "{{.session}}") or a row field.
+	liteTopic, liteTopicField string
+	tag, tagField             string
+	keys, keysField           string
+	groupField                string
+	propertyFields            []string
+	ack                       bool
 }
 
 func parseSink(m map[string]any) (sinkConf, []string, error) {
@@ -45,14 +49,20 @@ func parseSink(m map[string]any) (sinkConf, []string, error) {
 		BatchSize: p.integer("send-batch-size"), Linger: p.duration("send-linger")}}
 	c.liteTopic, c.liteTopicField = p.str("lite-topic"), p.str("lite-topic-field")
 	c.tag, c.tagField = p.str("tag"), p.str("tag-field")
-	c.keysField, c.groupField = p.str("keys-field"), p.str("message-group-field")
+	c.keys, c.keysField = p.str("keys"), p.str("keys-field")
+	c.groupField = p.str("message-group-field")
 	c.propertyFields = p.strings("property-fields")
 	c.ack = true
 	if _, set := p.m["ack"]; set {
 		c.ack = p.boolean("ack")
 	}
-	if c.liteTopic != "" && c.liteTopicField != "" {
-		p.fail("lite-topic-field", "lite-topic and lite-topic-field exclude each other")
+	for _, pair := range [][2]string{{"lite-topic", "lite-topic-field"}, {"tag", "tag-field"}, {"keys", "keys-field"}} {
+		if p.str(pair[0]) != "" && p.str(pair[1]) != "" {
+			p.fail(pair[1], "%s and %s exclude each other", pair[0], pair[1])
+		}
+	}
+	if c.ack {
+		ackingActionKeys(p)
 	}
 	if p.err != nil {
 		return c, nil, p.err
@@ -61,6 +71,20 @@ func parseSink(m map[string]any) (sinkConf, []string, error) {
 		return c, nil, fmt.Errorf("rocketmq: %w", err)
 	}
 	return c, p.unknown(commonSinkKeys), nil
+}
+
+// ackingActionKeys refuses the eKuiper action options under which an acking
+// sink could ack a row it did not deliver, or report progress out of order.
+func ackingActionKeys(p *props) {
+	if p.boolean("sendSingle") {
+		p.fail("sendSingle", "an acking sink takes the rows of one result together (a window's groups): leave sendSingle false")
+	}
+	if p.boolean("enableCache") {
+		p.fail("enableCache", "an acking sink leaves failed rows to the broker to deliver again: leave enableCache false")
+	}
+	if p.integer("concurrency") > 1 {
+		p.fail("concurrency", "an acking sink reports its progress in order: leave concurrency at 1")
+	}
 }
 
 // sink is the eKuiper sink "rocketmq": each row becomes a message (its
@@ -72,8 +96,8 @@ type sink struct {
 
 	mu   sync.Mutex
 	s    *rmqflow.Sink
-	led  *ledger
-	name string
+	ack  *ackPart
+	errc error // why Connect failed
 }
 
 // NewSink returns a new "rocketmq" sink (modules.RegisterSink).
@@ -94,26 +118,24 @@ func (k *sink) Provision(ctx api.StreamContext, configs map[string]any) error {
 func (k *sink) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) error {
 	sch(api.ConnectionConnecting, "")
 	s, err := rmqflow.NewSink(ctx, k.conf.sink)
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if err != nil {
+		k.errc = err
 		sch(api.ConnectionDisconnected, err.Error())
 		return err
 	}
-	k.mu.Lock()
 	k.s = s
 	if k.conf.ack {
-		k.name = sinkName(ctx)
-		k.led = ledgerOf(ctx.GetRuleId())
-		k.led.join(k.name)
+		k.ack = joinLedger(ctx)
 	}
-	k.mu.Unlock()
 	sch(api.ConnectionConnected, "")
 	return nil
 }
 
-// sinkName names an acking sink within its rule.
-func sinkName(ctx api.StreamContext) string {
-	return ctx.GetOpId() + "/" + strconv.Itoa(ctx.GetInstanceId())
-}
+// errNotConnected is what Collect returns after a failed Connect (eKuiper
+// reports the Connect error and still hands the sink rows).
+var errNotConnected = errors.New("rocketmq sink: not connected")
 
 func (k *sink) Collect(ctx api.StreamContext, item api.MessageTuple) error {
 	return k.write(ctx, []map[string]any{item.ToMap()})
@@ -124,130 +146,77 @@ func (k *sink) CollectList(ctx api.StreamContext, items api.MessageTupleList) er
 }
 
 // write sends rows as one call and settles them: on success the rule's
-// ledger acks up to their highest seq; on failure their messages go back
-// to the group at once and the error fails the call.
+// ledger acks up to their highest seq; on failure their messages (and the
+// rule's unsettled ones before them) are left to come back.
 func (k *sink) write(ctx api.StreamContext, rows []map[string]any) error {
-	seqs := make([]int64, 0, len(rows))
-	for _, row := range rows {
-		if seq, ok := rowSeq(row); ok {
-			seqs = append(seqs, seq)
+	k.mu.Lock()
+	s, ack, cerr := k.s, k.ack, k.errc
+	k.mu.Unlock()
+	if s == nil {
+		if cerr != nil {
+			return fmt.Errorf("%w: %v", errNotConnected, cerr)
 		}
+		return errNotConnected
 	}
 	recs := make([]rmqflow.Record, 0, len(rows))
 	for _, row := range rows {
-		rec, err := k.record(row)
+		rec, err := k.record(ctx, row)
 		if err != nil {
-			k.settle(ctx, seqs, err)
-			return err
+			return ack.settle(ctx, rows, err)
 		}
 		recs = append(recs, rec)
 	}
-	_, errs := k.s.Send(ctx, recs...)
+	_, errs := s.Send(ctx, recs...)
 	for i, err := range errs {
 		if err != nil {
-			err = fmt.Errorf("rocketmq sink: row %d of %d: %w", i+1, len(recs), err)
-			k.settle(ctx, seqs, err)
-			return err
+			return ack.settle(ctx, rows, fmt.Errorf("rocketmq sink: row %d of %d: %w", i+1, len(recs), err))
 		}
 	}
-	k.settle(ctx, seqs, nil)
-	return nil
-}
-
-// settle tells the rule's ledger how the rows of seqs went.
-func (k *sink) settle(ctx context.Context, seqs []int64, failure error) {
-	if k.led == nil || len(seqs) == 0 {
-		return
-	}
-	if failure != nil {
-		_ = k.led.failed(ctx, seqs)
-		return
-	}
-	_ = k.led.delivered(ctx, k.name, slicesMax(seqs))
-}
-
-func slicesMax(s []int64) int64 {
-	m := s[0]
-	for _, v := range s[1:] {
-		m = max(m, v)
-	}
-	return m
-}
-
-// rowSeq finds a row's rocketmq_seq: a selected column of that name, or the
-// meta eKuiper adds with sendMetaToSink.
-func rowSeq(row map[string]any) (int64, bool) {
-	if v, ok := row[MetaSeq]; ok {
-		return toInt64(v)
-	}
-	if meta, ok := row[metaKey].(map[string]any); ok {
-		if v, ok := meta[MetaSeq]; ok {
-			return toInt64(v)
-		}
-	}
-	return 0, false
-}
-
-func toInt64(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return x, true
-	case int:
-		return int64(x), true
-	case float64:
-		return int64(x), true
-	case json.Number:
-		n, err := x.Int64()
-		return n, err == nil
-	}
-	return 0, false
+	return ack.settle(ctx, rows, nil)
 }
 
 // record builds the message of a row: its fields but the reserved ones as
 // a JSON object, with the lite topic, tag, keys, group and properties the
 // configuration names.
-func (k *sink) record(row map[string]any) (rmqflow.Record, error) {
-	body := make(map[string]any, len(row))
-	for f, v := range row {
-		if f == metaKey || f == MetaSeq || strings.HasPrefix(f, rmqflow.AttrPrefix) {
-			continue
-		}
-		body[f] = v
-	}
-	b, err := json.Marshal(body)
+func (k *sink) record(ctx api.StreamContext, row map[string]any) (rmqflow.Record, error) {
+	b, err := json.Marshal(stripReserved(row))
 	if err != nil {
 		return rmqflow.Record{}, fmt.Errorf("rocketmq sink: encoding a row: %w", err)
 	}
-	rec := rmqflow.Record{Body: b, LiteTopic: k.conf.liteTopic, Tag: k.conf.tag}
-	field := func(name, what string) (string, error) {
-		v, ok := row[name]
-		if !ok || v == nil {
-			return "", fmt.Errorf("rocketmq sink: the row has no field %q for the %s", name, what)
+	rec := rmqflow.Record{Body: b}
+	part := func(value, field, what string) (string, error) {
+		if field != "" {
+			v, ok := row[field]
+			if !ok || v == nil {
+				return "", fmt.Errorf("rocketmq sink: the row has no field %q for the %s", field, what)
+			}
+			if s, ok := v.(string); ok {
+				return s, nil
+			}
+			return fmt.Sprint(v), nil
 		}
-		if s, ok := v.(string); ok {
+		if strings.Contains(value, "{{") {
+			s, err := ctx.ParseTemplate(value, row)
+			if err != nil {
+				return "", fmt.Errorf("rocketmq sink: the %s template: %w", what, err)
+			}
 			return s, nil
 		}
-		return fmt.Sprint(v), nil
+		return value, nil
 	}
-	if k.conf.liteTopicField != "" {
-		if rec.LiteTopic, err = field(k.conf.liteTopicField, "lite topic"); err != nil {
-			return rec, err
-		}
+	if rec.LiteTopic, err = part(k.conf.liteTopic, k.conf.liteTopicField, "lite topic"); err != nil {
+		return rec, err
 	}
-	if k.conf.tagField != "" {
-		if rec.Tag, err = field(k.conf.tagField, "tag"); err != nil {
-			return rec, err
-		}
+	if rec.Tag, err = part(k.conf.tag, k.conf.tagField, "tag"); err != nil {
+		return rec, err
 	}
-	if k.conf.keysField != "" {
-		keys, err := field(k.conf.keysField, "keys")
-		if err != nil {
-			return rec, err
-		}
-		rec.Keys = strings.Fields(keys)
+	keys, err := part(k.conf.keys, k.conf.keysField, "keys")
+	if err != nil {
+		return rec, err
 	}
+	rec.Keys = strings.Fields(keys)
 	if k.conf.groupField != "" {
-		if rec.MessageGroup, err = field(k.conf.groupField, "message group"); err != nil {
+		if rec.MessageGroup, err = part("", k.conf.groupField, "message group"); err != nil {
 			return rec, err
 		}
 	}
@@ -264,14 +233,116 @@ func (k *sink) record(row map[string]any) (rmqflow.Record, error) {
 
 func (k *sink) Close(ctx api.StreamContext) error {
 	k.mu.Lock()
-	s, led, name := k.s, k.led, k.name
-	k.s, k.led = nil, nil
+	s, ack := k.s, k.ack
+	k.s, k.ack = nil, nil
 	k.mu.Unlock()
-	if led != nil {
-		led.leave(name)
-	}
+	ack.close()
 	if s == nil {
 		return nil
 	}
 	return s.Close(ctx)
+}
+
+// ackPart is an acking sink's place in its rule's ledger.
+type ackPart struct {
+	led  *ledger
+	name string
+}
+
+// joinLedger joins the ledger of ctx's rule run under the sink's op id and
+// instance.
+func joinLedger(ctx api.StreamContext) *ackPart {
+	a := &ackPart{led: ledgerOf(ledgerKey{ctx.GetRuleId(), ctx.GetRunId()}),
+		name: ctx.GetOpId() + "/" + strconv.Itoa(ctx.GetInstanceId())}
+	a.led.join(a.name)
+	return a
+}
+
+func (a *ackPart) close() {
+	if a != nil {
+		a.led.leave(a.name)
+	}
+}
+
+// errNoSeq: the rule's rows reach an acking sink without rocketmq_seq, so
+// it cannot tell what they cover.
+var errNoSeq = errors.New("the rows carry no " + MetaSeq + ": select meta(" + MetaSeq + ") AS " + MetaSeq +
+	" (max(meta(" + MetaSeq + ")) AS " + MetaSeq + " in a window) or set the rule option sendMetaToSink, and keep it through fields and templates")
+
+// settle tells the ledger how a call's rows went and returns the call's
+// result: failure itself, or an ack failure after a success (the rows were
+// delivered; their messages come back, duplicates rather than losses).
+func (a *ackPart) settle(ctx context.Context, rows []map[string]any, failure error) error {
+	if a == nil {
+		return failure
+	}
+	var top int64 = -1
+	for _, r := range rows {
+		if s, ok := rowSeq(r); ok && s > top {
+			top = s
+		}
+	}
+	if top < 0 {
+		if failure == nil && len(rows) > 0 && a.led.hasSource() {
+			return fmt.Errorf("rocketmq: %w", errNoSeq)
+		}
+		return failure
+	}
+	if failure != nil {
+		a.led.failed(top)
+		return failure
+	}
+	if err := a.led.delivered(ctx, a.name, top); err != nil {
+		return fmt.Errorf("rocketmq: delivered, but acking: %w", err)
+	}
+	return nil
+}
+
+// rowSeq finds a row's rocketmq_seq: a selected column of that name, or the
+// meta eKuiper adds with sendMetaToSink (a map type of its own).
+func rowSeq(row map[string]any) (int64, bool) {
+	if v, ok := row[MetaSeq]; ok {
+		return toInt64(v)
+	}
+	meta, ok := row[metaKey]
+	if !ok || meta == nil {
+		return 0, false
+	}
+	mv := reflect.ValueOf(meta)
+	if mv.Kind() != reflect.Map || mv.Type().Key().Kind() != reflect.String {
+		return 0, false
+	}
+	v := mv.MapIndex(reflect.ValueOf(MetaSeq).Convert(mv.Type().Key()))
+	if !v.IsValid() {
+		return 0, false
+	}
+	return toInt64(v.Interface())
+}
+
+func toInt64(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	case float64:
+		return int64(x), x == float64(int64(x))
+	case json.Number:
+		n, err := x.Int64()
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// stripReserved is a row without the keys the rule carries for acking
+// (rocketmq_seq, __meta) or the source's metadata (rocketmq_*).
+func stripReserved(row map[string]any) map[string]any {
+	out := make(map[string]any, len(row))
+	for f, v := range row {
+		if f == metaKey || strings.HasPrefix(f, rmqflow.AttrPrefix) {
+			continue
+		}
+		out[f] = v
+	}
+	return out
 }

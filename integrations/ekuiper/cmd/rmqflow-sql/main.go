@@ -103,11 +103,11 @@ func prepare() error {
 		host, port = h, p
 	}
 	for k, v := range map[string]string{
-		"KuiperBaseKey":            home,
-		"KUIPER__BASIC__RESTIP":    host,
-		"KUIPER__BASIC__RESTPORT":  port,
-		"KUIPER__BASIC__IP":        "127.0.0.1",
-		"KUIPER__BASIC__PPROF":     "false",
+		"KuiperBaseKey":             home,
+		"KUIPER__BASIC__RESTIP":     host,
+		"KUIPER__BASIC__RESTPORT":   port,
+		"KUIPER__BASIC__IP":         "127.0.0.1",
+		"KUIPER__BASIC__PPROF":      "false",
 		"KUIPER__BASIC__CONSOLELOG": "true",
 	} {
 		if _, set := os.LookupEnv(k); !set || k == "KuiperBaseKey" {
