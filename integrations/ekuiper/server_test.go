@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +29,7 @@ func TestMain(m *testing.M) {
 	}
 	binary = filepath.Join(dir, "rmqflow-sql")
 	build := exec.Command("go", "build", "-tags", "core", "-o", binary, "./cmd/rmqflow-sql")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building rmqflow-sql:", err)
@@ -43,7 +46,7 @@ type server struct {
 	home string
 	addr string
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *syncBuffer
 	done chan error
 }
 
@@ -59,15 +62,17 @@ func freeAddr(t *testing.T) string {
 
 // startServer starts rmqflow-sql on home (a new temp dir when empty) and
 // waits until its REST API answers.
-func startServer(t *testing.T, home string) *server {
+func startServer(t *testing.T, home string, env ...string) *server {
 	t.Helper()
 	if home == "" {
 		home = t.TempDir()
 	}
-	s := &server{t: t, home: home, addr: freeAddr(t), log: &bytes.Buffer{}, done: make(chan error, 1)}
+	s := &server{t: t, home: home, addr: freeAddr(t), log: &syncBuffer{}, done: make(chan error, 1)}
 	s.cmd = exec.Command(binary)
 	s.cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+home, "RMQFLOW_SQL_REST="+s.addr,
-		"KUIPER__BASIC__PORT="+portOf(freeAddr(t)))
+		"KUIPER__BASIC__PORT="+portOf(freeAddr(t)), "KUIPER__SOURCE__HTTPSERVERPORT="+portOf(freeAddr(t)),
+		"KUIPER__BASIC__RULEPATROLINTERVAL=1s")
+	s.cmd.Env = append(s.cmd.Env, env...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -148,8 +153,8 @@ func (s *server) call(method, path string, body any) []byte {
 	return out
 }
 
-// stream creates a rocketmq stream from the "default" section overlaid by
-// the options in with.
+// stream creates a rocketmq stream reading datasource with the source
+// configuration section confKey.
 func (s *server) stream(name, datasource, confKey string) {
 	s.t.Helper()
 	sql := fmt.Sprintf(`CREATE STREAM %s () WITH (TYPE="rocketmq", DATASOURCE="%s", FORMAT="JSON", CONF_KEY="%s", SHARED="false")`,
@@ -174,10 +179,45 @@ func sourceSections(t *testing.T, home string, sections map[string]map[string]an
 	}
 }
 
-// rule creates and starts a rule.
+// rule creates and starts a rule; options default to what an acking rule
+// needs (disableBufferFullDiscard).
 func (s *server) rule(id, sql string, actions []map[string]any, options map[string]any) {
 	s.t.Helper()
+	if options == nil {
+		options = map[string]any{"disableBufferFullDiscard": true}
+	}
 	s.call(http.MethodPost, "/rules", map[string]any{"id": id, "sql": sql, "actions": actions, "options": options})
+}
+
+// waitRunning waits until the rule's status is running with its source
+// connected, and fails with the status when the rule stopped.
+func (s *server) waitRunning(id string) {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st := s.status(id)
+		if st["status"] == "running" && connected(st) {
+			return
+		}
+		if st["status"] == "stopped" || time.Now().After(deadline) {
+			s.t.Fatalf("rule %s: %v\nserver log:\n%s", id, st, s.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// connected reports whether every source_*_connection_status metric says 1.
+func connected(st map[string]any) bool {
+	n := 0
+	for k, v := range st {
+		if strings.HasPrefix(k, "source_") && strings.HasSuffix(k, "_connection_status") {
+			n++
+			if f, ok := v.(float64); !ok || f != 1 {
+				return false
+			}
+		}
+	}
+	return n > 0
 }
 
 // status is a rule's status document.
@@ -190,18 +230,22 @@ func (s *server) status(id string) map[string]any {
 	return m
 }
 
-// eventually polls cond every 100 ms for up to d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %v (last: %s)", what, d, last)
+
+// syncBuffer is the server's output, written by the process's pipes and read
+// by failing tests.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

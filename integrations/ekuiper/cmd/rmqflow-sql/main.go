@@ -1,9 +1,9 @@
 // Command rmqflow-sql is LF Edge eKuiper's server with the rmqflow
 // RocketMQ source "rocketmq" and sinks "rocketmq" and "rocketmq_ack"
 // compiled in: streaming SQL over RocketMQ 5 lite topics, with acks that
-// follow the rule's deliveries (docs/ekuiper.md).
+// follow the rule's deliveries (docs/sql.md).
 //
-//	go run -tags core ./cmd/rmqflow-sql
+//	go run -tags core ./integrations/ekuiper/cmd/rmqflow-sql
 //
 // It keeps its configuration, rules and logs in $RMQFLOW_SQL_HOME (default
 // ~/.rmqflow-sql), creating it on first start, and serves eKuiper's REST API
@@ -35,10 +35,11 @@ Environment:
   RMQFLOW_SQL_HOME   configuration, rules and logs (default ~/.rmqflow-sql;
                      created with etc/kuiper.yaml and etc/sources/rocketmq.yaml
                      on first start)
-  RMQFLOW_SQL_REST   the REST API's host:port (default 127.0.0.1:9081)
+  RMQFLOW_SQL_REST   the REST API's host:port (default 127.0.0.1:9081; it
+                     sets KUIPER__BASIC__RESTIP and ...RESTPORT)
   KUIPER__...        any eKuiper setting, as eKuiper reads it
 
-Create a stream and a rule with curl (see docs/ekuiper.md):
+Create a stream and a rule with curl (see docs/sql.md):
   curl -X POST 127.0.0.1:9081/streams -d '{"sql":"CREATE STREAM agents () WITH (TYPE=\"rocketmq\", DATASOURCE=\"agents\", FORMAT=\"JSON\", CONF_KEY=\"default\")"}'
 
 Exit codes: 0 stopped by a signal, 1 could not start, 2 bad usage.
@@ -102,6 +103,16 @@ func prepare() error {
 		}
 		host, port = h, p
 	}
+	// eKuiper panics in a goroutine (exit 2) when its REST port is taken:
+	// find out first, and say so.
+	l, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return fmt.Errorf("the REST address %s is not free (set RMQFLOW_SQL_REST): %w", net.JoinHostPort(host, port), err)
+	}
+	l.Close()
+	// RMQFLOW_SQL_REST decides the REST address; the rocketmq source asks it
+	// for its rules' definitions.
+	forced := map[string]bool{"KuiperBaseKey": true, "KUIPER__BASIC__RESTIP": true, "KUIPER__BASIC__RESTPORT": true}
 	for k, v := range map[string]string{
 		"KuiperBaseKey":             home,
 		"KUIPER__BASIC__RESTIP":     host,
@@ -110,7 +121,7 @@ func prepare() error {
 		"KUIPER__BASIC__PPROF":      "false",
 		"KUIPER__BASIC__CONSOLELOG": "true",
 	} {
-		if _, set := os.LookupEnv(k); !set || k == "KuiperBaseKey" {
+		if _, set := os.LookupEnv(k); !set || forced[k] {
 			if err := os.Setenv(k, v); err != nil {
 				return err
 			}
@@ -155,11 +166,20 @@ basic:
   timezone: Local
   ignoreCase: false
   rulePatrolInterval: 10s
+  # the rest sink may call private addresses (127.0.0.1, 10.x) only when true
+  enablePrivateNet: false
   gracefulShutdownTimeout: 10s
   aesKey: %s
+# Rule defaults. A rule reading a rocketmq stream whose sinks ack must set
+# "disableBufferFullDiscard": true itself (eKuiper does not take it from
+# here). sendError false: an SQL error drops its row (see docs/sql.md);
+# restartStrategy: a rule stopped by an error (a failed connect) starts again
+# at the next patrol (basic.rulePatrolInterval).
 rule:
   qos: 0
-  sendError: true
+  sendError: false
+  restartStrategy:
+    attempts: 10
 sink:
   enableCache: false
 source:
