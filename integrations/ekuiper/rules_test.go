@@ -1,7 +1,12 @@
 package rmqkuiper_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 )
@@ -211,6 +216,153 @@ func TestWindowCountAckedAfterWrite(t *testing.T) {
 			close(stop)
 			if msg, bad := <-checked; bad {
 				t.Fatal(msg)
+			}
+			return
+		}
+		srv.stop()
+		tg.noneComeBack(t, 15*time.Second)
+	})
+}
+
+// TestSinkFailsForAWhile: a rule whose real output is a webhook (the rest
+// sink, wrapped by rocketmq_ack so that acks follow its success) while the
+// webhook answers 503 for a while: nothing is acked before the webhook took
+// a row, every row is posted in the end, and every message is acked, none
+// dead-lettered.
+func TestSinkFailsForAWhile(t *testing.T) {
+	eachTarget(t, "k", func(t *testing.T, tg *target) {
+		var mu sync.Mutex
+		failing, refused := true, 0
+		posted := map[int]int{}
+		hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			var rows []map[string]any
+			var one map[string]any
+			if json.Unmarshal(b, &one) == nil {
+				rows = append(rows, one)
+			} else if err := json.Unmarshal(b, &rows); err != nil {
+				http.Error(w, "not JSON", http.StatusBadRequest)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if failing {
+				refused++
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+				return
+			}
+			for _, row := range rows {
+				posted[num(row["n"])]++
+			}
+		}))
+		t.Cleanup(hook.Close)
+		state := func() (int, int, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return refused, len(posted), failing
+		}
+		srv := startOn(t, tg, "", "KUIPER__BASIC__ENABLEPRIVATENET=true")
+		srv.stream("s", tg.in, "test")
+		srv.rule("hook", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", []map[string]any{{"rocketmq_ack": map[string]any{
+			"after": map[string]any{"rest": map[string]any{"url": hook.URL, "method": "post", "timeout": 2000}}}}}, nil)
+		srv.waitRunning("hook")
+		stop := make(chan struct{})
+		checked := make(chan string, 1)
+		go func() { // the invariant, sampled: no ack before the webhook took a row
+			defer close(checked)
+			if tg.fake == nil {
+				return
+			}
+			for {
+				acked := tg.inStats().Acked
+				if _, took, _ := state(); acked > int64(took) {
+					checked <- fmt.Sprintf("%d messages acked, %d rows posted", acked, took)
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+		const n = 20
+		tg.send(t, rowsN(n, func(i int) map[string]any { return map[string]any{"n": i} }), func(i int) string { return tg.lite(i % 4) })
+		eventually(t, 60*time.Second, "the webhook refused rows", func() (bool, string) {
+			r, _, _ := state()
+			return r >= 8, fmt.Sprintf("refused %d", r)
+		})
+		if tg.fake != nil {
+			if c := tg.inStats(); c.Acked != 0 {
+				t.Fatalf("acked while the webhook refused everything: %+v", c)
+			}
+		}
+		mu.Lock()
+		failing = false
+		mu.Unlock()
+		eventually(t, 90*time.Second, "every row posted", func() (bool, string) {
+			_, took, _ := state()
+			return took == n, fmt.Sprintf("%d of %d", took, n)
+		})
+		if tg.fake != nil {
+			eventually(t, 30*time.Second, "every message acked", func() (bool, string) {
+				c := tg.inStats()
+				return c.Acked == n && c.InFlight == 0 && c.Backlog == 0, fmt.Sprintf("%+v", c)
+			})
+			close(stop)
+			if msg, bad := <-checked; bad {
+				t.Fatal(msg)
+			}
+			if c := tg.inStats(); c.DeadLettered != 0 {
+				t.Fatalf("dead-lettered: %+v", c)
+			}
+			return
+		}
+		close(stop)
+		srv.stop()
+		tg.noneComeBack(t, 15*time.Second)
+	})
+}
+
+// TestKilledMidStream: the server is killed (SIGKILL) while a rule writes,
+// and started again on the same home: the rule comes back by itself, and
+// every input row is written at least once, every message acked once.
+func TestKilledMidStream(t *testing.T) {
+	eachTarget(t, "c", func(t *testing.T, tg *target) {
+		home := t.TempDir()
+		sourceSections(t, home, map[string]map[string]any{"test": tg.sourceSection()})
+		srv := startServer(t, home)
+		srv.stream("s", tg.in, "test")
+		out := tg.readOut(t)
+		srv.rule("proj", "SELECT n, meta(rocketmq_lite_topic) AS session, meta(rocketmq_seq) AS rocketmq_seq FROM s",
+			[]map[string]any{tg.sinkAction(nil)}, nil)
+		srv.waitRunning("proj")
+		const n = 300
+		tg.send(t, rowsN(n, func(i int) map[string]any { return map[string]any{"n": i} }), func(i int) string { return tg.lite(i % 6) })
+		eventually(t, 60*time.Second, "some rows written", func() (bool, string) {
+			return len(out.snapshot()) >= 20, fmt.Sprint(len(out.snapshot()))
+		})
+		srv.kill()
+		before := len(out.snapshot())
+		if before >= n {
+			t.Fatalf("every row was written before the kill (%d): nothing was cut", before)
+		}
+		srv = startServer(t, home)
+		eventually(t, 120*time.Second, "every row written after the restart", func() (bool, string) {
+			seen := map[int]bool{}
+			for _, r := range out.snapshot() {
+				seen[num(r.body["n"])] = true
+			}
+			return len(seen) == n, fmt.Sprintf("%d distinct of %d (%d before the kill)", len(seen), n, before)
+		})
+		t.Logf("%d rows written before the kill, %d in all (%d duplicates)", before, len(out.snapshot()), len(out.snapshot())-n)
+		if tg.fake != nil {
+			eventually(t, 30*time.Second, "every message acked once", func() (bool, string) {
+				c := tg.inStats()
+				return c.Acked == n && c.InFlight == 0 && c.Backlog == 0, fmt.Sprintf("%+v", c)
+			})
+			if c := tg.inStats(); c.DeadLettered != 0 {
+				t.Fatalf("dead-lettered: %+v", c)
 			}
 			return
 		}
