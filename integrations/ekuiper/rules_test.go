@@ -6,9 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // startOn starts rmqflow-sql with a "test" source section for tg and a
@@ -369,4 +372,32 @@ func TestKilledMidStream(t *testing.T) {
 		srv.stop()
 		tg.noneComeBack(t, 15*time.Second)
 	})
+}
+
+// TestUnsafeRuleRefused: a rule reading a rocketmq stream in ack-mode sink
+// without disableBufferFullDiscard (eKuiper would drop the oldest rows of a
+// full buffer, and a later delivery would ack them) does not start: its
+// status names the option, and no message is received.
+func TestUnsafeRuleRefused(t *testing.T) {
+	f := rmqfake.NewForTest(t)
+	tg := &target{endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", fake: f, run: "s"}
+	if err := f.CreateTopic("in", rmqfake.TopicLite); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CreateGroup("in-g", rmqfake.LiteBind("in"), rmqfake.Wildcard()); err != nil {
+		t.Fatal(err)
+	}
+	srv := startOn(t, tg, "")
+	srv.stream("s", tg.in, "test")
+	srv.rule("unsafe", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", []map[string]any{tg.sinkAction(nil)},
+		map[string]any{"bufferLength": 1024})
+	tg.send(t, []map[string]any{{"n": 1}}, func(int) string { return tg.lite(0) })
+	eventually(t, 30*time.Second, "the rule refused, naming the option", func() (bool, string) {
+		st := srv.status("unsafe")
+		b, _ := json.Marshal(st)
+		return strings.Contains(string(b), "disableBufferFullDiscard") && st["status"] != "running", string(b)
+	})
+	if c := f.Stats().Groups["in-g"].Counts; c.InFlight != 0 || c.Acked != 0 {
+		t.Fatalf("the refused rule received messages: %+v", c)
+	}
 }
