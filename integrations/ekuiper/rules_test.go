@@ -36,11 +36,12 @@ func TestProjection(t *testing.T) {
 		srv.stream("s", tg.in, "test")
 		out := tg.readOut(t)
 		srv.rule("proj", `SELECT text, n, meta(rocketmq_lite_topic) AS session, meta(rocketmq_message_id) AS id,
+			meta(rocketmq_properties.tenant) AS tenant, meta(rocketmq_delivery_attempt) AS attempt,
 			meta(rocketmq_seq) AS rocketmq_seq FROM s`, []map[string]any{tg.sinkAction(nil)}, nil)
 		srv.waitRunning("proj")
 		const n = 40
-		tg.send(t, rowsN(n, func(i int) map[string]any { return map[string]any{"n": i, "text": fmt.Sprintf("t%d", i)} }),
-			func(i int) string { return tg.lite(i % 4) })
+		tg.sendWith(t, rowsN(n, func(i int) map[string]any { return map[string]any{"n": i, "text": fmt.Sprintf("t%d", i)} }),
+			func(i int) string { return tg.lite(i % 4) }, func(i int) map[string]string { return map[string]string{"tenant": fmt.Sprint("te", i%3)} })
 		eventually(t, 60*time.Second, "every row written", func() (bool, string) {
 			return len(out.snapshot()) >= n, fmt.Sprintf("%d of %d", len(out.snapshot()), n)
 		})
@@ -48,7 +49,7 @@ func TestProjection(t *testing.T) {
 		for _, r := range out.snapshot() {
 			i := num(r.body["n"])
 			if r.body["text"] != fmt.Sprintf("t%d", i) || r.lite != tg.lite(i%4) || r.body["session"] != r.lite ||
-				r.body["id"] == "" || r.body["id"] == nil {
+				r.body["id"] == "" || r.body["id"] == nil || r.body["tenant"] != fmt.Sprint("te", i%3) || num(r.body["attempt"]) != 1 {
 				t.Fatalf("row %v in lite topic %s", r.body, r.lite)
 			}
 			if _, ok := r.body["rocketmq_seq"]; ok {

@@ -84,6 +84,12 @@ func (tg *target) sinkAction(extra map[string]any) map[string]any {
 // topic lite(i).
 func (tg *target) send(t *testing.T, rows []map[string]any, lite func(i int) string) {
 	t.Helper()
+	tg.sendWith(t, rows, lite, nil)
+}
+
+// sendWith is send with user properties per row.
+func (tg *target) sendWith(t *testing.T, rows []map[string]any, lite func(i int) string, props func(i int) map[string]string) {
+	t.Helper()
 	ctx := t.Context()
 	s, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: tg.endpoint}, Topic: tg.in})
 	if err != nil {
@@ -94,6 +100,9 @@ func (tg *target) send(t *testing.T, rows []map[string]any, lite func(i int) str
 	for i, r := range rows {
 		b, _ := json.Marshal(r)
 		recs[i] = rmqflow.Record{LiteTopic: lite(i), Body: b}
+		if props != nil {
+			recs[i].Properties = props(i)
+		}
 	}
 	_, errs := s.Send(ctx, recs...)
 	for _, err := range errs {
