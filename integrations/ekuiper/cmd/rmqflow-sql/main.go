@@ -79,12 +79,21 @@ func prepare() error {
 	if err != nil {
 		return err
 	}
-	for _, d := range []string{"etc/sources", "data", "log", "plugins"} {
+	// plugins/<type>: a build without -tags core lists them at start and
+	// stops when one is missing.
+	for _, d := range []string{"etc/sources", "data", "log", "plugins/sources", "plugins/sinks", "plugins/functions", "plugins/portable"} {
 		if err := os.MkdirAll(filepath.Join(home, d), 0o700); err != nil {
 			return err
 		}
 	}
 	if err := writeOnce(filepath.Join(home, "etc", "kuiper.yaml"), kuiperYAML); err != nil {
+		return err
+	}
+	// etc/client.yaml: where eKuiper's kuiper CLI, run with
+	// KuiperBaseKey=<home>, finds the server's RPC port (it stops without it).
+	if err := writeOnce(filepath.Join(home, "etc", "client.yaml"), func() (string, error) {
+		return "basic:\n  host: 127.0.0.1\n  port: 20498\n", nil
+	}); err != nil {
 		return err
 	}
 	if err := writeOnce(filepath.Join(home, "etc", "sources", "rocketmq.yaml"), func() (string, error) {
