@@ -230,7 +230,6 @@ func (s *server) status(id string) map[string]any {
 	return m
 }
 
-
 // syncBuffer is the server's output, written by the process's pipes and read
 // by failing tests.
 type syncBuffer struct {
