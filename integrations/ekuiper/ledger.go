@@ -298,3 +298,34 @@ func (l *ledger) hasSource() bool {
 	defer l.mu.Unlock()
 	return l.source != nil
 }
+
+// ingested is the seq of the run's last ingested row.
+func (l *ledger) ingested() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next
+}
+
+// settleIdle acks every message whose rows are all at or below seq: the
+// rule's metrics showed every row up to seq left the rule (delivered, failed
+// or dropped) while nothing else was ingested (idle.go).
+func (l *ledger) settleIdle(ctx context.Context, seq int64) (int, error) {
+	l.mu.Lock()
+	done := l.takeLocked(func(r pendingRow) bool { return r.seq <= seq })
+	acker := l.acker
+	l.mu.Unlock()
+	if acker == nil || len(done) == 0 {
+		return 0, nil
+	}
+	hs := make([]rmqflow.ReceiptHandle, len(done))
+	for i, m := range done {
+		hs[i] = m.h
+	}
+	var errs []error
+	for i, err := range acker.ackAll(ctx, hs) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ack of %s: %w", done[i].id, err))
+		}
+	}
+	return len(done), errors.Join(errs...)
+}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -79,7 +81,12 @@ func TestProjection(t *testing.T) {
 // unacked, until the next write passes it.
 func TestFilteredRowsAckedByProgress(t *testing.T) {
 	eachTarget(t, "f", func(t *testing.T, tg *target) {
-		srv := startOn(t, tg, "")
+		// idle-ack off: this test pins acks by progress alone.
+		home := t.TempDir()
+		section := tg.sourceSection()
+		section["idle-ack"] = 0
+		sourceSections(t, home, map[string]map[string]any{"test": section})
+		srv := startOn(t, tg, home)
 		srv.stream("s", tg.in, "test")
 		out := tg.readOut(t)
 		srv.rule("evens", `SELECT n, session, meta(rocketmq_delivery_attempt) AS attempt, meta(rocketmq_seq) AS rocketmq_seq
@@ -140,6 +147,60 @@ func TestFilteredRowsAckedByProgress(t *testing.T) {
 				return c.Acked == n+3 && c.InFlight == 0 && c.Backlog == 0, fmt.Sprintf("%+v", c)
 			})
 			if c := tg.inStats(); c.DeadLettered != 0 || c.Acked != n+3 {
+				t.Fatalf("%+v", c)
+			}
+			return
+		}
+		srv.stop()
+		tg.noneComeBack(t, 15*time.Second)
+	})
+}
+
+// idleAcked is the source's log line for an idle settlement.
+var idleAcked = regexp.MustCompile(`acked (\d+) messages whose rows the rule dropped`)
+
+// TestAllDroppedAckedWhenIdle: a rule that drops every row of its one lite
+// topic delivers nothing, so no delivery acks them; once the source has been
+// idle (idle-ack, 2 s) the rule's metrics show every row gone through, and
+// the dropped rows are acked: the lite topic, which the broker holds back
+// while a message of it is in flight, flows on. Nothing comes back.
+func TestAllDroppedAckedWhenIdle(t *testing.T) {
+	eachTarget(t, "f", func(t *testing.T, tg *target) {
+		srv := startOn(t, tg, "")
+		srv.stream("s", tg.in, "test")
+		out := tg.readOut(t)
+		srv.rule("none", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s WHERE n < 0",
+			[]map[string]any{tg.sinkAction(nil)}, nil)
+		srv.waitRunning("none")
+		const n = 30
+		for batch := 0; batch < 3; batch++ { // three rounds, each after the last was acked
+			tg.send(t, rowsN(n/3, func(i int) map[string]any { return map[string]any{"n": i, "session": tg.lite(0)} }),
+				func(int) string { return tg.lite(0) })
+			if tg.fake != nil {
+				want := int64((batch + 1) * n / 3)
+				eventually(t, 30*time.Second, "the dropped rows acked", func() (bool, string) {
+					c := tg.inStats()
+					return c.Acked == want && c.InFlight == 0 && c.Backlog == 0, fmt.Sprintf("%+v", c)
+				})
+			}
+		}
+		if tg.fake == nil {
+			// On the broker, whose acks cannot be counted here: the source
+			// logs each idle settlement.
+			eventually(t, 60*time.Second, "every dropped row acked when idle", func() (bool, string) {
+				acked := 0
+				for _, m := range idleAcked.FindAllStringSubmatch(srv.log.String(), -1) {
+					k, _ := strconv.Atoi(m[1])
+					acked += k
+				}
+				return acked >= n, fmt.Sprintf("%d acked", acked)
+			})
+		}
+		if rows := out.snapshot(); len(rows) != 0 {
+			t.Fatalf("a dropped row was written: %v", rows[0])
+		}
+		if tg.fake != nil {
+			if c := tg.inStats(); c.DeadLettered != 0 || c.Acked != n {
 				t.Fatalf("%+v", c)
 			}
 			return

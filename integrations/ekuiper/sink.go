@@ -82,6 +82,9 @@ func ackingActionKeys(p *props) {
 	if p.boolean("enableCache") {
 		p.fail("enableCache", "an acking sink leaves failed rows to the broker to deliver again: leave enableCache false")
 	}
+	if p.boolean("runAsync") {
+		p.fail("runAsync", "an acking sink acks after its write returned: leave runAsync false")
+	}
 	if p.integer("concurrency") > 1 {
 		p.fail("concurrency", "an acking sink reports its progress in order: leave concurrency at 1")
 	}

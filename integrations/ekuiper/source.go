@@ -50,12 +50,19 @@ type sourceConf struct {
 	src     rmqflow.SourceConfig
 	ackMode string
 	maxAge  time.Duration
+	// idleAck is how long the source must have ingested nothing before it
+	// asks the rule's metrics whether the pending rows were all dropped
+	// (idle.go); 0 turns that off.
+	idleAck time.Duration
 	// splitJSON: the stream's FORMAT is JSON, and the source gives each
 	// element of a JSON array payload its own row and seq.
 	splitJSON bool
 	// throttle, when set, defers over-share lite topics before ingest.
 	throttle *rmqflow.FairShareConfig
 }
+
+// DefaultIdleAck is the default idle-ack.
+const DefaultIdleAck = 2 * time.Second
 
 // DefaultPendingMaxAge is how long an ingested message may wait for its
 // rule's sinks, renewed, before it is left to come back.
@@ -120,6 +127,13 @@ func parseSource(m map[string]any) (sourceConf, []string, error) {
 	c.maxAge = p.duration("pending-max-age")
 	if c.maxAge == 0 {
 		c.maxAge = DefaultPendingMaxAge
+	}
+	c.idleAck = DefaultIdleAck
+	if _, set := p.m["idle-ack"]; set {
+		c.idleAck = p.duration("idle-ack")
+	}
+	if c.idleAck < 0 {
+		p.fail("idle-ack", "must not be negative (0 turns it off)")
 	}
 	if c.ackMode == AckSink {
 		// Rows wait for their rule's sinks: keep them invisible meanwhile.
@@ -281,8 +295,16 @@ var reopenBackoff = [2]time.Duration{time.Second, time.Minute}
 func (s *source) run(ctx context.Context, sctx api.StreamContext, ingest api.BytesIngest, ingestError api.ErrorIngest) {
 	defer close(s.done)
 	s.mu.Lock()
-	sess := s.sess
+	sess, led := s.sess, s.led
 	s.mu.Unlock()
+	if led != nil && s.conf.idleAck > 0 {
+		idleDone := make(chan struct{})
+		go func() {
+			defer close(idleDone)
+			s.settleIdleLoop(ctx, sctx, led, s.conf.idleAck)
+		}()
+		defer func() { <-idleDone }()
+	}
 	for {
 		m, err := sess.src.Next(ctx)
 		if err != nil {

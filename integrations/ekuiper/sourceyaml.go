@@ -27,10 +27,13 @@ default:
   # max-message-num: 32
   # renewal-ahead-time: 5s
   # sink (acks follow the rule's rocketmq/rocketmq_ack sinks), ingest (at
-  # most once) or never
+  # most once) or external (the handle in meta(rocketmq_handle); acked elsewhere)
   ack-mode: sink
-  # how long a row may wait for its rule's sinks before its message is given back
+  # how long a row may wait for its rule's sinks before its message comes back
   # pending-max-age: 1h
+  # after this long without ingesting, ack the rows the rule's metrics show it
+  # dropped (rules without windows); 0 turns it off
+  # idle-ack: 2s
   # throttle: false           defer lite topics over their fair share
   # throttle-window: 10s
   # throttle-slack: 1.5
