@@ -250,3 +250,43 @@ func TestRowSeq(t *testing.T) {
 		t.Error("a row without a seq has one")
 	}
 }
+
+// TestDrained: the idle check's reading of a rule's metrics. A filter that
+// dropped rows is drained once every node processed what it received and
+// received what its upstream sent; a row between two nodes, a node still
+// working, a buffered row, a row the source ingested but did not send, or a
+// window in the rule is not.
+func TestDrained(t *testing.T) {
+	topo := topoDef{Sources: []string{"source_s"}, Edges: map[string][]string{
+		"source_s": {"op_2_decoder"}, "op_2_decoder": {"op_3_filter"}, "op_3_filter": {"op_rocketmq_0_0_transform"},
+		"op_rocketmq_0_0_transform": {"sink_rocketmq_0"}}}
+	status := func() map[string]any {
+		st := map[string]any{"status": "running", "source_s_0_records_out_total": 10.0, "source_s_0_buffer_length": 0.0}
+		for node, c := range map[string][3]float64{"op_2_decoder_0": {10, 10, 10}, "op_3_filter_0": {10, 3, 10},
+			"op_rocketmq_0_0_transform_0": {3, 3, 3}, "sink_rocketmq_0_0": {3, 3, 3}} {
+			st[node+"_records_in_total"], st[node+"_records_out_total"], st[node+"_messages_processed_total"] = c[0], c[1], c[2]
+			st[node+"_buffer_length"] = 0.0
+		}
+		return st
+	}
+	if ok, why := drained(topo, status(), 10); !ok {
+		t.Fatalf("a drained filter rule: %s", why)
+	}
+	for what, edit := range map[string]func(map[string]any) int64{
+		"ingested, not sent":   func(map[string]any) int64 { return 11 },
+		"between two nodes":    func(st map[string]any) int64 { st["op_3_filter_0_records_out_total"] = 4.0; return 10 },
+		"a node still working": func(st map[string]any) int64 { st["sink_rocketmq_0_0_records_in_total"] = 4.0; return 10 },
+		"a buffered row":       func(st map[string]any) int64 { st["op_3_filter_0_buffer_length"] = 1.0; return 10 },
+		"a metric missing":     func(st map[string]any) int64 { delete(st, "op_3_filter_0_messages_processed_total"); return 10 },
+	} {
+		st := status()
+		n := edit(st)
+		if ok, _ := drained(topo, st, n); ok {
+			t.Errorf("%s: drained", what)
+		}
+	}
+	windowed := topoDef{Sources: topo.Sources, Edges: map[string][]string{"source_s": {"op_2_window"}, "op_2_window": {"sink_rocketmq_0"}}}
+	if ok, _ := drained(windowed, status(), 10); ok {
+		t.Error("a rule with a window: drained")
+	}
+}

@@ -197,13 +197,21 @@ func (s *source) settleIdleLoop(ctx context.Context, sctx api.StreamContext, led
 			}
 			topo = &td
 		}
-		var st map[string]any
-		if err := getJSON(ctx, base+"/status", &st); err != nil {
-			sctx.GetLogger().Debugf("rocketmq source: idle check: %v", err)
+		// Two drained snapshots with the same counters, a moment apart: a
+		// node hands a row from its worker to its sender after counting it
+		// processed (eKuiper's ordered workers), so one snapshot could miss a
+		// row in that hand-over; the second would see it moved on.
+		first, ok := s.drainedSnapshot(ctx, sctx, base, *topo, n)
+		if !ok {
 			continue
 		}
-		if ok, why := drained(*topo, st, n); !ok {
-			sctx.GetLogger().Debugf("rocketmq source: idle check: %s", why)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(max(interval/10, 50*time.Millisecond)):
+		}
+		second, ok := s.drainedSnapshot(ctx, sctx, base, *topo, n)
+		if !ok || !equalCounters(first, second) {
 			continue
 		}
 		if led.ingested() != n {
@@ -217,4 +225,30 @@ func (s *source) settleIdleLoop(ctx context.Context, sctx api.StreamContext, led
 			sctx.GetLogger().Infof("rocketmq source: acked %d messages whose rows the rule dropped (idle for %v)", acked, interval)
 		}
 	}
+}
+
+// drainedSnapshot reads the rule's status and reports whether it shows n
+// rows drained.
+func (s *source) drainedSnapshot(ctx context.Context, sctx api.StreamContext, base string, topo topoDef, n int64) (map[string]any, bool) {
+	var st map[string]any
+	if err := getJSON(ctx, base+"/status", &st); err != nil {
+		sctx.GetLogger().Debugf("rocketmq source: idle check: %v", err)
+		return nil, false
+	}
+	if ok, why := drained(topo, st, n); !ok {
+		sctx.GetLogger().Debugf("rocketmq source: idle check: %s", why)
+		return nil, false
+	}
+	return st, true
+}
+
+// equalCounters reports whether two status documents have the same record
+// and processing counters.
+func equalCounters(a, b map[string]any) bool {
+	for k, v := range a {
+		if strings.HasSuffix(k, "_total") && !strings.Contains(k, "exceptions") && b[k] != v {
+			return false
+		}
+	}
+	return true
 }
