@@ -2,10 +2,14 @@ package rmqkuiper_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,9 +33,10 @@ func startOn(t *testing.T, tg *target, home string, env ...string) *server {
 }
 
 // TestProjection: a rule that selects fields and metadata writes one message
-// per input message to the out topic (lite topic from a selected column, the
-// reserved rocketmq_* columns left out of the body) and acks each input
-// message once its row was written.
+// per input row to the out topic (lite topic from a selected column, the
+// reserved rocketmq_* columns left out of the body; a JSON array payload is
+// one row per element) and acks each input message once its rows were
+// written.
 func TestProjection(t *testing.T) {
 	eachTarget(t, "p", func(t *testing.T, tg *target) {
 		srv := startOn(t, tg, "")
@@ -44,11 +49,17 @@ func TestProjection(t *testing.T) {
 		const n = 40
 		tg.sendWith(t, rowsN(n, func(i int) map[string]any { return map[string]any{"n": i, "text": fmt.Sprintf("t%d", i)} }),
 			func(i int) string { return tg.lite(i % 4) }, func(i int) map[string]string { return map[string]string{"tenant": fmt.Sprint("te", i%3)} })
+		// One more message holding a JSON array: one row per element.
+		tg.send(t, []map[string]any{nil}, func(int) string { return tg.lite(9) })
 		eventually(t, 60*time.Second, "every row written", func() (bool, string) {
-			return len(out.snapshot()) >= n, fmt.Sprintf("%d of %d", len(out.snapshot()), n)
+			return len(out.snapshot()) >= n+2, fmt.Sprintf("%d of %d", len(out.snapshot()), n+2)
 		})
 		seen := map[int]bool{}
 		for _, r := range out.snapshot() {
+			if r.lite == tg.lite(9) {
+				seen[num(r.body["n"])] = true
+				continue
+			}
 			i := num(r.body["n"])
 			if r.body["text"] != fmt.Sprintf("t%d", i) || r.lite != tg.lite(i%4) || r.body["session"] != r.lite ||
 				r.body["id"] == "" || r.body["id"] == nil || r.body["tenant"] != fmt.Sprint("te", i%3) || num(r.body["attempt"]) != 1 {
@@ -59,13 +70,13 @@ func TestProjection(t *testing.T) {
 			}
 			seen[i] = true
 		}
-		if len(seen) != n {
-			t.Fatalf("%d distinct rows of %d", len(seen), n)
+		if len(seen) != n+2 || !seen[100] || !seen[101] {
+			t.Fatalf("%d distinct rows of %d (the array's 100 and 101: %v %v)", len(seen), n+2, seen[100], seen[101])
 		}
 		if tg.fake != nil {
 			eventually(t, 30*time.Second, "every message acked", func() (bool, string) {
 				c := tg.inStats()
-				return c.Acked == n && c.InFlight == 0, fmt.Sprintf("%+v", c)
+				return c.Acked == n+1 && c.InFlight == 0, fmt.Sprintf("%+v", c)
 			})
 			return
 		}
@@ -461,5 +472,23 @@ func TestUnsafeRuleRefused(t *testing.T) {
 	})
 	if c := f.Stats().Groups["in-g"].Counts; c.InFlight != 0 || c.Acked != 0 {
 		t.Fatalf("the refused rule received messages: %+v", c)
+	}
+}
+
+// TestRESTPortTaken: rmqflow-sql refuses to start, with exit code 1 and the
+// address in its message, when its REST address is taken (eKuiper itself
+// would panic in a goroutine and exit 2).
+func TestRESTPortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cmd := exec.Command(binary)
+	cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+t.TempDir(), "RMQFLOW_SQL_REST="+l.Addr().String())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), l.Addr().String()) {
+		t.Fatalf("exit %v, output %q; want exit 1 naming %s", err, out, l.Addr())
 	}
 }

@@ -99,6 +99,9 @@ func (tg *target) sendWith(t *testing.T, rows []map[string]any, lite func(i int)
 	recs := make([]rmqflow.Record, len(rows))
 	for i, r := range rows {
 		b, _ := json.Marshal(r)
+		if r == nil { // a JSON array of two rows
+			b = []byte(`[{"n": 100, "text": "t100"}, {"n": 101, "text": "t101"}]`)
+		}
 		recs[i] = rmqflow.Record{LiteTopic: lite(i), Body: b}
 		if props != nil {
 			recs[i].Properties = props(i)
