@@ -38,6 +38,7 @@ func startOn(t *testing.T, tg *target, home string, env ...string) *server {
 // one row per element) and acks each input message once its rows were
 // written.
 func TestProjection(t *testing.T) {
+	t.Parallel()
 	eachTarget(t, "p", func(t *testing.T, tg *target) {
 		srv := startOn(t, tg, "")
 		srv.stream("s", tg.in, "test")
@@ -81,7 +82,7 @@ func TestProjection(t *testing.T) {
 			return
 		}
 		srv.stop()
-		tg.noneComeBack(t, 15*time.Second)
+		tg.noneComeBack(t, 12*time.Second)
 	})
 }
 
@@ -91,6 +92,7 @@ func TestProjection(t *testing.T) {
 // dead-letters. A dropped row after the last write waits, in flight and
 // unacked, until the next write passes it.
 func TestFilteredRowsAckedByProgress(t *testing.T) {
+	t.Parallel()
 	eachTarget(t, "f", func(t *testing.T, tg *target) {
 		// idle-ack off: this test pins acks by progress alone.
 		home := t.TempDir()
@@ -163,7 +165,7 @@ func TestFilteredRowsAckedByProgress(t *testing.T) {
 			return
 		}
 		srv.stop()
-		tg.noneComeBack(t, 15*time.Second)
+		tg.noneComeBack(t, 12*time.Second)
 	})
 }
 
@@ -176,7 +178,8 @@ var idleAcked = regexp.MustCompile(`acked (\d+) messages whose rows the rule dro
 // the dropped rows are acked: the lite topic, which the broker holds back
 // while a message of it is in flight, flows on. Nothing comes back.
 func TestAllDroppedAckedWhenIdle(t *testing.T) {
-	eachTarget(t, "f", func(t *testing.T, tg *target) {
+	t.Parallel()
+	eachTarget(t, "i", func(t *testing.T, tg *target) {
 		srv := startOn(t, tg, "")
 		srv.stream("s", tg.in, "test")
 		out := tg.readOut(t)
@@ -217,7 +220,7 @@ func TestAllDroppedAckedWhenIdle(t *testing.T) {
 			return
 		}
 		srv.stop()
-		tg.noneComeBack(t, 15*time.Second)
+		tg.noneComeBack(t, 12*time.Second)
 	})
 }
 
@@ -227,6 +230,7 @@ func TestAllDroppedAckedWhenIdle(t *testing.T) {
 // no result has been written, and in the end every message is acked and
 // counted once.
 func TestWindowCountAckedAfterWrite(t *testing.T) {
+	t.Parallel()
 	eachTarget(t, "w", func(t *testing.T, tg *target) {
 		srv := startOn(t, tg, "")
 		srv.stream("s", tg.in, "test")
@@ -296,7 +300,7 @@ func TestWindowCountAckedAfterWrite(t *testing.T) {
 			return
 		}
 		srv.stop()
-		tg.noneComeBack(t, 15*time.Second)
+		tg.noneComeBack(t, 12*time.Second)
 	})
 }
 
@@ -306,6 +310,7 @@ func TestWindowCountAckedAfterWrite(t *testing.T) {
 // a row, every row is posted in the end, and every message is acked, none
 // dead-lettered.
 func TestSinkFailsForAWhile(t *testing.T) {
+	t.Parallel()
 	eachTarget(t, "k", func(t *testing.T, tg *target) {
 		var mu sync.Mutex
 		failing, refused := true, 0
@@ -332,10 +337,15 @@ func TestSinkFailsForAWhile(t *testing.T) {
 			}
 		}))
 		t.Cleanup(hook.Close)
-		state := func() (int, int, bool) {
+		// state: refusals, distinct rows posted, posts in all.
+		state := func() (int, int, int) {
 			mu.Lock()
 			defer mu.Unlock()
-			return refused, len(posted), failing
+			all := 0
+			for _, k := range posted {
+				all += k
+			}
+			return refused, len(posted), all
 		}
 		srv := startOn(t, tg, "", "KUIPER__BASIC__ENABLEPRIVATENET=true")
 		srv.stream("s", tg.in, "test")
@@ -344,15 +354,15 @@ func TestSinkFailsForAWhile(t *testing.T) {
 		srv.waitRunning("hook")
 		stop := make(chan struct{})
 		checked := make(chan string, 1)
-		go func() { // the invariant, sampled: no ack before the webhook took a row
+		go func() { // the invariant, sampled: no ack before the webhook took its row
 			defer close(checked)
 			if tg.fake == nil {
 				return
 			}
 			for {
 				acked := tg.inStats().Acked
-				if _, took, _ := state(); acked > int64(took) {
-					checked <- fmt.Sprintf("%d messages acked, %d rows posted", acked, took)
+				if _, _, all := state(); acked > int64(all) {
+					checked <- fmt.Sprintf("%d acks, %d posts", acked, all)
 					return
 				}
 				select {
@@ -381,9 +391,14 @@ func TestSinkFailsForAWhile(t *testing.T) {
 			return took == n, fmt.Sprintf("%d of %d", took, n)
 		})
 		if tg.fake != nil {
+			// Every message acked: none waits or is in flight. A failed head
+			// of a lite topic can bring back successors in flight with it (the
+			// broker's one batch per lite topic), which are then posted and
+			// acked twice: duplicates, never an ack without a post.
 			eventually(t, 30*time.Second, "every message acked", func() (bool, string) {
 				c := tg.inStats()
-				return c.Acked == n && c.InFlight == 0 && c.Backlog == 0, fmt.Sprintf("%+v", c)
+				_, _, all := state()
+				return c.Acked >= n && c.Acked <= int64(all) && c.InFlight == 0 && c.Backlog == 0, fmt.Sprintf("%+v, %d posts", c, all)
 			})
 			close(stop)
 			if msg, bad := <-checked; bad {
@@ -396,7 +411,7 @@ func TestSinkFailsForAWhile(t *testing.T) {
 		}
 		close(stop)
 		srv.stop()
-		tg.noneComeBack(t, 15*time.Second)
+		tg.noneComeBack(t, 12*time.Second)
 	})
 }
 
@@ -404,6 +419,7 @@ func TestSinkFailsForAWhile(t *testing.T) {
 // and started again on the same home: the rule comes back by itself, and
 // every input row is written at least once, every message acked once.
 func TestKilledMidStream(t *testing.T) {
+	t.Parallel()
 	eachTarget(t, "c", func(t *testing.T, tg *target) {
 		home := t.TempDir()
 		sourceSections(t, home, map[string]map[string]any{"test": tg.sourceSection()})
@@ -443,7 +459,7 @@ func TestKilledMidStream(t *testing.T) {
 			return
 		}
 		srv.stop()
-		tg.noneComeBack(t, 15*time.Second)
+		tg.noneComeBack(t, 12*time.Second)
 	})
 }
 
@@ -452,6 +468,7 @@ func TestKilledMidStream(t *testing.T) {
 // full buffer, and a later delivery would ack them) does not start: its
 // status names the option, and no message is received.
 func TestUnsafeRuleRefused(t *testing.T) {
+	t.Parallel()
 	f := rmqfake.NewForTest(t)
 	tg := &target{endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", fake: f, run: "s"}
 	if err := f.CreateTopic("in", rmqfake.TopicLite); err != nil {

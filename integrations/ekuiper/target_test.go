@@ -33,6 +33,8 @@ type target struct {
 }
 
 // eachTarget runs fn on rmqfake, then on the real broker if there is one.
+// The rule tests run in parallel (go test's -parallel, GOMAXPROCS by
+// default): each has its own server, fake and fixture topics.
 func eachTarget(t *testing.T, scenario string, fn func(t *testing.T, tg *target)) {
 	t.Run("rmqfake", func(t *testing.T) {
 		f := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
