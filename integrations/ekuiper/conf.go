@@ -215,7 +215,8 @@ func (p *props) unknown(common map[string]bool) []string {
 
 // connection reads the connection keys shared by the source and the sinks:
 // the reference SQL connector's names (endpoints, namespace, access-key,
-// secret-key, tls-enabled, request-timeout) plus ca-file.
+// secret-key, tls-enabled, request-timeout) plus ca-file and
+// access-key-env/secret-key-env.
 func (p *props) connection() rmqflow.Connection {
 	c := rmqflow.Connection{
 		Endpoints:      p.required("endpoints"),
@@ -223,6 +224,31 @@ func (p *props) connection() rmqflow.Connection {
 		RequestTimeout: p.duration("request-timeout"),
 	}
 	ak, sk := p.str("access-key"), p.str("secret-key")
+	// eKuiper logs a source's and an action's properties at info level:
+	// access-key-env and secret-key-env name environment variables instead,
+	// so that the secret stays out of its logs.
+	for _, e := range [][2]string{{"access-key-env", "access-key"}, {"secret-key-env", "secret-key"}} {
+		name := p.str(e[0])
+		if name == "" {
+			continue
+		}
+		v, ok := os.LookupEnv(name)
+		if !ok || v == "" {
+			p.fail(e[0], "the environment variable %s is not set", name)
+			continue
+		}
+		if e[1] == "access-key" {
+			if ak != "" {
+				p.fail(e[0], "access-key and access-key-env exclude each other")
+			}
+			ak = v
+		} else {
+			if sk != "" {
+				p.fail(e[0], "secret-key and secret-key-env exclude each other")
+			}
+			sk = v
+		}
+	}
 	if (ak == "") != (sk == "") {
 		p.fail("secret-key", "access-key and secret-key go together")
 	}

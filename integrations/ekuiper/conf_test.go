@@ -48,6 +48,18 @@ func TestParseSource(t *testing.T) {
 			t.Errorf("%s: %v, want an error naming it", key, err)
 		}
 	}
+	t.Setenv("TEST_RMQ_AK", "ak1")
+	t.Setenv("TEST_RMQ_SK", "sk1")
+	c, _, err = parseSource(map[string]any{"endpoints": "h:1", "datasource": "t", "consumer-group": "g",
+		"access-key-env": "TEST_RMQ_AK", "secret-key-env": "TEST_RMQ_SK"})
+	if err != nil || c.src.Credentials.AccessKey != "ak1" || c.src.Credentials.AccessSecret != "sk1" {
+		t.Fatalf("keys from the environment: %v", err)
+	}
+	_, _, err = parseSource(map[string]any{"endpoints": "h:1", "datasource": "t", "consumer-group": "g",
+		"access-key": "ak", "secret-key-env": "TEST_RMQ_UNSET"})
+	if err == nil || !strings.Contains(err.Error(), "TEST_RMQ_UNSET") || strings.Contains(err.Error(), "sk1") {
+		t.Fatalf("an unset variable: %v", err)
+	}
 	var ce *ConfError
 	if _, _, err := parseSource(map[string]any{}); !errors.As(err, &ce) {
 		t.Errorf("an empty configuration: %v, want a *ConfError", err)
