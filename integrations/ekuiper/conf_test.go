@@ -148,12 +148,12 @@ func TestLedger(t *testing.T) {
 		t.Fatalf("a second source: %v, want ErrTwoSources", err)
 	}
 	h := func(id string) rmqflow.ReceiptHandle { return rmqflow.ReceiptHandle{MessageID: id} }
-	l.add(h("a"), 1) // 1
-	l.add(h("b"), 1) // 2
-	l.add(h("c"), 2) // 3, 4
-	l.add(h("d"), 1) // 5
-	l.add(h("e"), 1) // 6
-	l.add(h("f"), 1) // 7
+	l.add(h("a"), 1, false) // 1
+	l.add(h("b"), 1, false) // 2
+	l.add(h("c"), 2, false) // 3, 4
+	l.add(h("d"), 1, false) // 5
+	l.add(h("e"), 1, false) // 6
+	l.add(h("f"), 1, false) // 7
 	l.join("s1")
 	if err := l.delivered(ctx, "s1", 3); err != nil {
 		t.Fatal(err)
@@ -181,10 +181,21 @@ func TestLedger(t *testing.T) {
 	if st := a.state(); st != "acked [a b e] left [c d] released []" {
 		t.Fatalf("after the failure and progress to 6: %s", st)
 	}
+	l.add(h("g"), 1, true) // 8: a dead-lettered copy
+	if err := l.delivered(ctx, "s1", 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.delivered(ctx, "s2", 8); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.state(); st != "acked [a b e f] left [c d g] released []" {
+		t.Fatalf("after progress past a dead-lettered copy: %s", st)
+	}
+	l.add(h("i"), 1, false) // 9
 	if err := l.detach(ctx, src); err != nil {
 		t.Fatal(err)
 	}
-	if st := a.state(); st != "acked [a b e] left [c d] released [f]" {
+	if st := a.state(); st != "acked [a b e f] left [c d g] released [i]" {
 		t.Fatalf("after detach: %s", st)
 	}
 	if l.pending() != 0 {

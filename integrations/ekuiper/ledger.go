@@ -80,6 +80,9 @@ type heldMsg struct {
 	id   string
 	rows int
 	gone bool // given back after a failure: its other rows ack nothing
+	// dead: a lite message's copy from the dead-letter topic, which no ack
+	// removes (docs/broker-semantics.md, scenario g): settled by leaving it.
+	dead bool
 }
 
 type pendingRow struct {
@@ -156,11 +159,11 @@ func (l *ledger) detach(ctx context.Context, src any) error {
 }
 
 // add records an ingested message of rows rows and returns the seqs given
-// to them, ascending.
-func (l *ledger) add(h rmqflow.ReceiptHandle, rows int) []int64 {
+// to them, ascending. dead marks a copy from the dead-letter topic.
+func (l *ledger) add(h rmqflow.ReceiptHandle, rows int, dead bool) []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	m := &heldMsg{h: h, id: h.MessageID, rows: rows}
+	m := &heldMsg{h: h, id: h.MessageID, rows: rows, dead: dead}
 	seqs := make([]int64, rows)
 	for i := range seqs {
 		l.next++
@@ -238,17 +241,7 @@ func (l *ledger) delivered(ctx context.Context, sink string, seq int64) error {
 	if acker == nil || len(done) == 0 {
 		return nil
 	}
-	hs := make([]rmqflow.ReceiptHandle, len(done))
-	for i, m := range done {
-		hs[i] = m.h
-	}
-	var errs []error
-	for i, err := range acker.ackAll(ctx, hs) {
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ack of %s: %w", done[i].id, err))
-		}
-	}
-	return errors.Join(errs...)
+	return settle(ctx, acker, done)
 }
 
 // failed gives back every message with a row up to seq that is not settled
@@ -317,15 +310,30 @@ func (l *ledger) settleIdle(ctx context.Context, seq int64) (int, error) {
 	if acker == nil || len(done) == 0 {
 		return 0, nil
 	}
-	hs := make([]rmqflow.ReceiptHandle, len(done))
-	for i, m := range done {
-		hs[i] = m.h
+	return len(done), settle(ctx, acker, done)
+}
+
+// settle acks the messages done, but leaves the dead-lettered copies (an
+// ack cannot remove them; they come back after their invisibility).
+func settle(ctx context.Context, acker ackerLike, done []*heldMsg) error {
+	var hs []rmqflow.ReceiptHandle
+	var ids []string
+	for _, m := range done {
+		if m.dead {
+			acker.Leave(m.h)
+			continue
+		}
+		hs = append(hs, m.h)
+		ids = append(ids, m.id)
+	}
+	if len(hs) == 0 {
+		return nil
 	}
 	var errs []error
 	for i, err := range acker.ackAll(ctx, hs) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("ack of %s: %w", done[i].id, err))
+			errs = append(errs, fmt.Errorf("ack of %s: %w", ids[i], err))
 		}
 	}
-	return len(done), errors.Join(errs...)
+	return errors.Join(errs...)
 }

@@ -375,7 +375,7 @@ func (s *source) ingest(ctx context.Context, sctx api.StreamContext, sess *sessi
 	var seqs []int64
 	switch s.conf.ackMode {
 	case AckSink:
-		seqs = s.led.add(m.Handle, len(rows))
+		seqs = s.led.add(m.Handle, len(rows), m.Meta.DeadLettered())
 	case AckIngest:
 		if err := sess.src.Acker().Ack(ctx, m.Handle); err != nil {
 			sctx.GetLogger().Warnf("rocketmq source: ack of %s at ingest: %v", m.Meta.MessageID, err)
