@@ -1,0 +1,315 @@
+package rmqkuiper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rmqflow/rmqflow"
+)
+
+// TestParseSource: the reference connector's option names map onto the
+// rmqflow source; durations take "30s" or milliseconds; bad values name the
+// key.
+func TestParseSource(t *testing.T) {
+	c, unknown, err := parseSource(map[string]any{"endpoints": "127.0.0.1:8081", "datasource": "agents",
+		"consumer-group": "agents-g", "await-duration": "5s", "invisible-duration": 30000, "max-message-num": 16,
+		"fetch-concurrency": "2", "format": "json", "typo-key": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := c.src
+	if sc.Lite[0].Topic != "agents" || sc.Lite[0].Group != "agents-g" || sc.AwaitDuration != 5*time.Second ||
+		sc.InvisibleDuration != 30*time.Second || sc.MaxMessageNum != 16 || sc.FetchConcurrency != 2 {
+		t.Fatalf("parsed %+v", sc)
+	}
+	if c.ackMode != AckSink || !sc.Leases.Enabled || sc.Leases.MaxExtension != DefaultPendingMaxAge {
+		t.Fatalf("ack mode %q, leases %+v", c.ackMode, sc.Leases)
+	}
+	if len(unknown) != 1 || unknown[0] != "typo-key" {
+		t.Fatalf("unknown keys %v", unknown)
+	}
+	for key, bad := range map[string]map[string]any{
+		"endpoints":         {"datasource": "t", "consumer-group": "g"},
+		"consumer-group":    {"endpoints": "h:1", "datasource": "t"},
+		"mode":              {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "mode": "push"},
+		"ack-mode":          {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "ack-mode": "never"},
+		"await-duration":    {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "await-duration": "soon"},
+		"secret-key":        {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "access-key": "ak"},
+		"InvisibleDuration": {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "invisible-duration": "1s"},
+		"filter-expression": {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "mode": "simple", "filter-type": "sql"},
+	} {
+		_, _, err := parseSource(bad)
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v, want an error naming it", key, err)
+		}
+	}
+	t.Setenv("TEST_RMQ_AK", "ak1")
+	t.Setenv("TEST_RMQ_SK", "sk1")
+	c, _, err = parseSource(map[string]any{"endpoints": "h:1", "datasource": "t", "consumer-group": "g",
+		"access-key-env": "TEST_RMQ_AK", "secret-key-env": "TEST_RMQ_SK"})
+	if err != nil || c.src.Credentials.AccessKey != "ak1" || c.src.Credentials.AccessSecret != "sk1" {
+		t.Fatalf("keys from the environment: %v", err)
+	}
+	_, _, err = parseSource(map[string]any{"endpoints": "h:1", "datasource": "t", "consumer-group": "g",
+		"access-key": "ak", "secret-key-env": "TEST_RMQ_UNSET"})
+	if err == nil || !strings.Contains(err.Error(), "TEST_RMQ_UNSET") || strings.Contains(err.Error(), "sk1") {
+		t.Fatalf("an unset variable: %v", err)
+	}
+	var ce *ConfError
+	if _, _, err := parseSource(map[string]any{}); !errors.As(err, &ce) {
+		t.Errorf("an empty configuration: %v, want a *ConfError", err)
+	}
+	var oe *rmqflow.OptionError
+	if _, _, err := parseSource(map[string]any{"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "max-message-num": 99}); !errors.As(err, &oe) {
+		t.Errorf("max-message-num 99: %v, want rmqflow's *OptionError", err)
+	}
+}
+
+// TestParseSink: topic is required, lite-topic and lite-topic-field exclude
+// each other, and eKuiper's own action keys are not reported as unknown.
+func TestParseSink(t *testing.T) {
+	c, unknown, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "answers", "lite-topic-field": "lite",
+		"sendSingle": false, "bufferLength": 1024})
+	if err != nil || c.liteTopicField != "lite" || !c.ack || len(unknown) != 0 {
+		t.Fatalf("conf %+v, unknown %v, err %v", c, unknown, err)
+	}
+	if _, _, err := parseSink(map[string]any{"endpoints": "h:1"}); err == nil || !strings.Contains(err.Error(), "topic") {
+		t.Errorf("no topic: %v", err)
+	}
+	if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", "lite-topic": "a", "lite-topic-field": "b"}); err == nil {
+		t.Error("lite-topic with lite-topic-field accepted")
+	}
+	for _, key := range []string{"sendSingle", "enableCache"} {
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: true}); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s true on an acking sink: %v", key, err)
+		}
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: true, "ack": false}); err != nil {
+			t.Errorf("%s true on a sink that does not ack: %v", key, err)
+		}
+	}
+	if c, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", "ack": false}); err != nil || c.ack {
+		t.Errorf("ack false: %+v, %v", c, err)
+	}
+}
+
+// fakeAcker records what a ledger acks, releases and leaves.
+type fakeAcker struct {
+	mu                sync.Mutex
+	acked, back, left []string
+}
+
+func (f *fakeAcker) ackAll(_ context.Context, hs []rmqflow.ReceiptHandle) []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range hs {
+		f.acked = append(f.acked, h.MessageID)
+	}
+	return make([]error, len(hs))
+}
+
+func (f *fakeAcker) Release(_ context.Context, h rmqflow.ReceiptHandle) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.back = append(f.back, h.MessageID)
+	return nil
+}
+
+func (f *fakeAcker) Leave(h rmqflow.ReceiptHandle) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.left = append(f.left, h.MessageID)
+}
+
+func (f *fakeAcker) state() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fmt.Sprintf("acked %v left %v released %v", f.acked, f.left, f.back)
+}
+
+// TestLedger: nothing is acked before every acking sink of the rule
+// reported; then everything up to the lowest report is; a message of
+// several rows (a JSON array) only once all its rows passed; a failure
+// leaves every unsettled message up to the failed seq to come back, and
+// later progress does not ack them; detach gives back the rest.
+func TestLedger(t *testing.T) {
+	ctx := t.Context()
+	a := &fakeAcker{}
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	src := new(int)
+	if err := l.attach(src, a, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.attach(new(int), a, 2); !errors.Is(err, ErrTwoSources) {
+		t.Fatalf("a second source: %v, want ErrTwoSources", err)
+	}
+	h := func(id string) rmqflow.ReceiptHandle { return rmqflow.ReceiptHandle{MessageID: id} }
+	l.add(h("a"), 1, false) // 1
+	l.add(h("b"), 1, false) // 2
+	l.add(h("c"), 2, false) // 3, 4
+	l.add(h("d"), 1, false) // 5
+	l.add(h("e"), 1, false) // 6
+	l.add(h("f"), 1, false) // 7
+	l.join("s1")
+	if err := l.delivered(ctx, "s1", 3); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.state(); st != "acked [] left [] released []" {
+		t.Fatalf("one of two sinks reported: %s", st)
+	}
+	l.join("s2")
+	if err := l.delivered(ctx, "s2", 4); err != nil {
+		t.Fatal(err)
+	}
+	// Low is 3: a, b; c has row 4 still open.
+	if st := a.state(); st != "acked [a b] left [] released []" {
+		t.Fatalf("after s1=3, s2=4: %s", st)
+	}
+	if n := l.failed(5); n != 2 {
+		t.Fatalf("failed(5) gave back %d messages, want 2 (c, d)", n)
+	}
+	if err := l.delivered(ctx, "s1", 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.delivered(ctx, "s2", 6); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.state(); st != "acked [a b e] left [c d] released []" {
+		t.Fatalf("after the failure and progress to 6: %s", st)
+	}
+	l.add(h("g"), 1, true) // 8: a dead-lettered copy
+	if err := l.delivered(ctx, "s1", 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.delivered(ctx, "s2", 8); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.state(); st != "acked [a b e f] left [c d g] released []" {
+		t.Fatalf("after progress past a dead-lettered copy: %s", st)
+	}
+	l.add(h("i"), 1, false) // 9
+	if err := l.detach(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.state(); st != "acked [a b e f] left [c d g] released [i]" {
+		t.Fatalf("after detach: %s", st)
+	}
+	if l.pending() != 0 {
+		t.Fatalf("%d pending after detach", l.pending())
+	}
+}
+
+// TestCheckRule: the rule options under which eKuiper could drop or reorder
+// rows are refused, each with a reason naming the option; a good rule counts
+// its acking actions.
+func TestCheckRule(t *testing.T) {
+	good := func() ruleDef {
+		var r ruleDef
+		r.ID, r.SQL = "r", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s WHERE n > 1"
+		r.Options.DisableBufferFullDiscard, r.Options.Concurrency = true, 1
+		r.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}, {"log": map[string]any{}},
+			{"rocketmq_ack": map[string]any{}}, {"rocketmq": map[string]any{"ack": false}}}
+		return r
+	}
+	if n, err := checkRule(good()); err != nil || n != 2 {
+		t.Fatalf("good rule: %d acking sinks, %v; want 2", n, err)
+	}
+	for want, edit := range map[string]func(*ruleDef){
+		"disableBufferFullDiscard": func(r *ruleDef) { r.Options.DisableBufferFullDiscard = false },
+		"concurrency":              func(r *ruleDef) { r.Options.Concurrency = 2 },
+		"isEventTime":              func(r *ruleDef) { r.Options.IsEventTime = true },
+		"HOPPINGWINDOW":            func(r *ruleDef) { r.SQL += " GROUP BY HOPPINGWINDOW(ss, 10, 5)" },
+		"countwindow":              func(r *ruleDef) { r.SQL += " GROUP BY countwindow(10, 5)" },
+		"sendMetaToSink":           func(r *ruleDef) { r.SQL = "SELECT n FROM s" },
+		"no action acks":           func(r *ruleDef) { r.Actions = r.Actions[1:2] },
+	} {
+		r := good()
+		edit(&r)
+		_, err := checkRule(r)
+		var re *RuleError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a *RuleError naming it", want, err)
+		}
+	}
+	r := good()
+	r.SQL = "SELECT n FROM s GROUP BY COUNTWINDOW(10), TUMBLINGWINDOW(ss, 5)"
+	r.Options.SendMetaToSink = true
+	if _, err := checkRule(r); err != nil {
+		t.Errorf("COUNTWINDOW(10) with sendMetaToSink: %v", err)
+	}
+}
+
+// TestSplitRows: a JSON stream's payload is one row per object, one per
+// element of an array of objects; anything else is malformed.
+func TestSplitRows(t *testing.T) {
+	for in, want := range map[string]int{`{"a":1}`: 1, ` [{"a":1},{"a":2}] `: 2, `[]`: 1, `{"a":`: -1,
+		`[1,2]`: -1, `hello`: -1, ``: -1} {
+		rows, ok := splitRows([]byte(in), true)
+		if got := len(rows); (want < 0 && ok) || (want >= 0 && (!ok || got != want)) {
+			t.Errorf("%q: %d rows, ok %v; want %d", in, got, ok, want)
+		}
+	}
+	if rows, ok := splitRows([]byte("a,b"), false); !ok || len(rows) != 1 {
+		t.Errorf("another format: %d rows, ok %v", len(rows), ok)
+	}
+}
+
+// TestRowSeq: rocketmq_seq is read from a column or from the meta map
+// sendMetaToSink adds, whatever named map type eKuiper gives it.
+func TestRowSeq(t *testing.T) {
+	type metadata map[string]any
+	for _, row := range []map[string]any{
+		{MetaSeq: int64(7)}, {MetaSeq: 7.0}, {metaKey: metadata{MetaSeq: int64(7)}}, {metaKey: map[string]any{MetaSeq: 7}},
+	} {
+		if s, ok := rowSeq(row); !ok || s != 7 {
+			t.Errorf("%v: %d, %v", row, s, ok)
+		}
+	}
+	if _, ok := rowSeq(map[string]any{"n": 1}); ok {
+		t.Error("a row without a seq has one")
+	}
+}
+
+// TestDrained: the idle check's reading of a rule's metrics. A filter that
+// dropped rows is drained once every node processed what it received and
+// received what its upstream sent; a row between two nodes, a node still
+// working, a buffered row, a row the source ingested but did not send, or a
+// window in the rule is not.
+func TestDrained(t *testing.T) {
+	topo := topoDef{Sources: []string{"source_s"}, Edges: map[string][]string{
+		"source_s": {"op_2_decoder"}, "op_2_decoder": {"op_3_filter"}, "op_3_filter": {"op_rocketmq_0_0_transform"},
+		"op_rocketmq_0_0_transform": {"sink_rocketmq_0"}}}
+	status := func() map[string]any {
+		st := map[string]any{"status": "running", "source_s_0_records_out_total": 10.0, "source_s_0_buffer_length": 0.0}
+		for node, c := range map[string][3]float64{"op_2_decoder_0": {10, 10, 10}, "op_3_filter_0": {10, 3, 10},
+			"op_rocketmq_0_0_transform_0": {3, 3, 3}, "sink_rocketmq_0_0": {3, 3, 3}} {
+			st[node+"_records_in_total"], st[node+"_records_out_total"], st[node+"_messages_processed_total"] = c[0], c[1], c[2]
+			st[node+"_buffer_length"] = 0.0
+		}
+		return st
+	}
+	if ok, why := drained(topo, status(), 10); !ok {
+		t.Fatalf("a drained filter rule: %s", why)
+	}
+	for what, edit := range map[string]func(map[string]any) int64{
+		"ingested, not sent":   func(map[string]any) int64 { return 11 },
+		"between two nodes":    func(st map[string]any) int64 { st["op_3_filter_0_records_out_total"] = 4.0; return 10 },
+		"a node still working": func(st map[string]any) int64 { st["sink_rocketmq_0_0_records_in_total"] = 4.0; return 10 },
+		"a buffered row":       func(st map[string]any) int64 { st["op_3_filter_0_buffer_length"] = 1.0; return 10 },
+		"a metric missing":     func(st map[string]any) int64 { delete(st, "op_3_filter_0_messages_processed_total"); return 10 },
+	} {
+		st := status()
+		n := edit(st)
+		if ok, _ := drained(topo, st, n); ok {
+			t.Errorf("%s: drained", what)
+		}
+	}
+	windowed := topoDef{Sources: topo.Sources, Edges: map[string][]string{"source_s": {"op_2_window"}, "op_2_window": {"sink_rocketmq_0"}}}
+	if ok, _ := drained(windowed, status(), 10); ok {
+		t.Error("a rule with a window: drained")
+	}
+}

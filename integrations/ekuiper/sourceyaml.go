@@ -1,0 +1,42 @@
+package rmqkuiper
+
+// DefaultSourceYAML is etc/sources/rocketmq.yaml as rmqflow-sql writes it on
+// first start: the "default" section every rocketmq stream starts from
+// (CONF_KEY names another section to overlay it), with each key and its
+// default.
+const DefaultSourceYAML = `# The rocketmq source's configurations: a stream takes "default", overlaid
+# by the section its CONF_KEY names; its DATASOURCE is the topic (the LITE
+# main topic in lite mode). Durations: "30s" or milliseconds.
+default:
+  endpoints: 127.0.0.1:8081
+  # namespace: ""
+  # access-key: ""
+  # secret-key: ""
+  # tls-enabled: false
+  # ca-file: ""
+  # request-timeout: 3s
+  # lite (a LITE main topic through a lite group) or simple (a normal topic)
+  mode: lite
+  consumer-group: agents-g
+  # lite-topics: [a, b]       exact lite subscription (lite mode)
+  # filter-type: tag          tag or sql (simple mode)
+  # filter-expression: "*"
+  # fetch-concurrency: 1
+  # await-duration: 20s
+  # invisible-duration: 60s
+  # max-message-num: 32
+  # renewal-ahead-time: 5s
+  # sink (acks follow the rule's rocketmq/rocketmq_ack sinks), ingest (at
+  # most once) or external (the handle in meta(rocketmq_handle); acked elsewhere)
+  ack-mode: sink
+  # how long a row may wait for its rule's sinks before its message comes back
+  # pending-max-age: 1h
+  # after this long without ingesting, ack the rows the rule's metrics show it
+  # dropped (rules without windows); 0 turns it off
+  # idle-ack: 2s
+  # throttle: false           defer lite topics over their fair share
+  # throttle-window: 10s
+  # throttle-slack: 1.5
+  # throttle-min-count: 10
+  # throttle-defer: 10s
+`

@@ -1,0 +1,242 @@
+package rmqkuiper_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
+	"github.com/rmqflow/rmqflow/rmqfake"
+)
+
+// target is where a test runs: rmqfake (always) or the real broker (when
+// RMQFLOW_ENDPOINT is set), with a LITE main topic the rule reads and one it
+// writes, each with a wildcard group. On the real broker they are the
+// fixtures rmqflow-sql-<scenario>[-out] (scripts/rocketmq/fixtures.txt), and
+// every lite topic a test sends to is unique to the run, so that messages
+// left by an earlier run are told apart.
+type target struct {
+	name      string
+	endpoint  string
+	in, inG   string
+	out, outG string
+	// fake is rmqfake, whose counters show acks; nil on the real broker.
+	fake *rmqfake.Server
+	// run prefixes the lite topics of this run.
+	run string
+}
+
+// eachTarget runs fn on rmqfake, then on the real broker if there is one.
+// The rule tests run in parallel (go test's -parallel, GOMAXPROCS by
+// default): each has its own server, fake and fixture topics.
+func eachTarget(t *testing.T, scenario string, fn func(t *testing.T, tg *target)) {
+	t.Run("rmqfake", func(t *testing.T) {
+		f := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
+		tg := &target{name: "rmqfake", endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", outG: "out-g", fake: f, run: "s"}
+		for _, p := range [][2]string{{tg.in, tg.inG}, {tg.out, tg.outG}} {
+			if err := f.CreateTopic(p[0], rmqfake.TopicLite); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.CreateGroup(p[1], rmqfake.LiteBind(p[0]), rmqfake.Wildcard()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fn(t, tg)
+	})
+	t.Run("broker", func(t *testing.T) {
+		if os.Getenv(rmqtest.EnvEndpoint) == "" {
+			t.Skipf("%s is not set: no real broker", rmqtest.EnvEndpoint)
+		}
+		base := "rmqflow-sql-" + scenario
+		tg := &target{name: "broker", endpoint: rmqtest.Endpoint(t), in: base, inG: base + "-g", out: base + "-out",
+			outG: base + "-out-g", run: rmqtest.Unique("s")}
+		fn(t, tg)
+	})
+}
+
+// lite names lite topic i of this run.
+func (tg *target) lite(i int) string { return fmt.Sprintf("%s-%d", tg.run, i) }
+
+// ours reports whether a lite topic belongs to this run.
+func (tg *target) ours(lite string) bool { return strings.HasPrefix(lite, tg.run+"-") }
+
+// sourceSection is the rocketmq.yaml section the tests' streams use.
+func (tg *target) sourceSection() map[string]any {
+	return map[string]any{"endpoints": tg.endpoint, "consumer-group": tg.inG, "await-duration": "5s",
+		"invisible-duration": "10s", "renewal-ahead-time": "3s"}
+}
+
+// sinkAction is a rocketmq action writing to the out topic, one lite topic
+// per session.
+func (tg *target) sinkAction(extra map[string]any) map[string]any {
+	a := map[string]any{"endpoints": tg.endpoint, "topic": tg.out, "lite-topic-field": "session"}
+	for k, v := range extra {
+		a[k] = v
+	}
+	return map[string]any{"rocketmq": a}
+}
+
+// send produces one JSON message per row into the in topic, row i into lite
+// topic lite(i).
+func (tg *target) send(t *testing.T, rows []map[string]any, lite func(i int) string) {
+	t.Helper()
+	tg.sendWith(t, rows, lite, nil)
+}
+
+// sendWith is send with user properties per row.
+func (tg *target) sendWith(t *testing.T, rows []map[string]any, lite func(i int) string, props func(i int) map[string]string) {
+	t.Helper()
+	ctx := t.Context()
+	s, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: tg.endpoint}, Topic: tg.in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.WithoutCancel(ctx))
+	recs := make([]rmqflow.Record, len(rows))
+	for i, r := range rows {
+		b, _ := json.Marshal(r)
+		if r == nil { // a JSON array of two rows
+			b = []byte(`[{"n": 100, "text": "t100"}, {"n": 101, "text": "t101"}]`)
+		}
+		recs[i] = rmqflow.Record{LiteTopic: lite(i), Body: b}
+		if props != nil {
+			recs[i].Properties = props(i)
+		}
+	}
+	_, errs := s.Send(ctx, recs...)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// inStats is the in group's counts on rmqfake.
+func (tg *target) inStats() rmqfake.Counts { return tg.fake.Stats().Groups[tg.inG].Counts }
+
+// outRow is one message the rules wrote, as read back.
+type outRow struct {
+	lite    string
+	body    map[string]any
+	attempt int32
+}
+
+// reader reads the out topic of a target and acks what it read; it keeps
+// the rows of this run.
+type reader struct {
+	mu   sync.Mutex
+	rows []outRow
+}
+
+func (tg *target) readOut(t *testing.T) *reader {
+	t.Helper()
+	return tg.read(t, tg.out, tg.outG, true)
+}
+
+// read reads topic through group, acking every message when ack is set,
+// leaving them otherwise.
+func (tg *target) read(t *testing.T, topic, group string, ack bool) *reader {
+	t.Helper()
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: tg.endpoint},
+		Lite: []rmqflow.LiteBinding{{Topic: topic, Group: group}}, AwaitDuration: 5 * time.Second,
+		InvisibleDuration: 10 * time.Second}, rmqflow.BytesDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := src.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	r := &reader{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := src.Next(ctx)
+			if err != nil {
+				return
+			}
+			if ack {
+				_ = src.Acker().Ack(ctx, m.Handle)
+			}
+			if !tg.ours(m.Meta.LiteTopic) {
+				continue
+			}
+			var body map[string]any
+			_ = json.Unmarshal(m.Value, &body)
+			r.mu.Lock()
+			r.rows = append(r.rows, outRow{lite: m.Meta.LiteTopic, body: body, attempt: m.Meta.DeliveryAttempt})
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		cctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+		defer stop()
+		_ = src.Close(cctx)
+	})
+	return r
+}
+
+func (r *reader) snapshot() []outRow {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]outRow(nil), r.rows...)
+}
+
+// eventually polls cond every 50 ms for up to d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var last string
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v (last: %s)", what, d, last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// noneComeBack reads the in topic's group for d after the server stopped
+// and fails if a message of this run comes back: every one was acked. It is
+// the real broker's check (rmqfake's counters say it at once).
+func (tg *target) noneComeBack(t *testing.T, d time.Duration) {
+	t.Helper()
+	r := tg.read(t, tg.in, tg.inG, true)
+	time.Sleep(d) // waiting for an absence: the broker would redeliver within d
+	if rows := r.snapshot(); len(rows) > 0 {
+		t.Fatalf("%d messages of this run came back after the rule acked them, e.g. %v", len(rows), rows[0])
+	}
+}
+
+func rowsN(n int, f func(i int) map[string]any) []map[string]any {
+	out := make([]map[string]any, n)
+	for i := range out {
+		out[i] = f(i)
+	}
+	return out
+}
+
+func num(v any) int {
+	switch x := v.(type) {
+	case float64:
+		return int(x)
+	case json.Number:
+		n, _ := x.Int64()
+		return int(n)
+	}
+	return -1
+}
