@@ -49,14 +49,14 @@ fuzz:
 # The benchmark harness (bench/harness) on a real broker it starts: every
 # peer at its strongest, every scenario, repetitions in a random order, the
 # broker's CPU per window; it writes docs/benchmarks.md and its charts. It
-# plans 206 runs of about a minute each on 2 cores (start-up, the broker
-# settling, warm-up and a 30 s window): about three and a half hours. A run
+# plans about 240 runs of about a minute each on 2 cores (start-up, the broker
+# settling, warm-up and a 30 s window): about four hours. A run
 # that was interrupted continues with `make bench-resume DIR=.cache/bench/<dir>`
 # (its own flags and seed; the runs it recorded are kept). `make bench-quick`
 # is a 2-minute smoke run (report in .cache/bench/). BENCHFLAGS passes more
 # harness flags (go run ./harness -help). The broker it starts keeps the 5.5.0
 # defaults of the lite topic TTL scan (scripts/rocketmq.sh lowers them for
-# conformance scenario u; a scan every 5 s over 100,000 lite topics would be
+# conformance scenario u; a scan every 20 s over 100,000 lite topics would be
 # broker CPU the benchmark charges to the peers) and runs no auth proxy (a
 # fourth JVM the harness does not sample).
 BENCHFLAGS ?=

@@ -478,3 +478,52 @@ func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestRunnerPipelineAcksTwoFailedAcks: with PipelineAcks, m1, m2 and m3 of
+// one lite topic run and the acks of m1 and m2 both fail, m2's after m1's
+// (in one RPC, completed in request order, or m2's RPC after m1's). The
+// lite topic waits for the earliest of them, m1: when the receive comes back
+// (m1 m2 m3, the broker's offset stopped at m1) they run again in order. Had
+// m2's failure replaced m1's as the one to wait for, m1 would have been held
+// back behind m2 and run after it.
+func TestRunnerPipelineAcksTwoFailedAcks(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	r := newOrderRig(t, false)
+	ctx := rmqtest.Context(t, 60*time.Second)
+	r.send(ctx, "a", "m1", "m2", "m3") // a backlog: one batch
+	var ids sync.Map                   // message id -> body, for m1 and m2
+	var refused sync.Map               // body -> true once refused
+	r.fake.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
+		// Refuse, once, each ack RPC that carries m1 or m2 not refused
+		// yet (with whatever else it carries): m2's refusal comes last.
+		refuse := false
+		for _, e := range c.Request.(*v2.AckMessageRequest).GetEntries() {
+			if b, ok := ids.Load(e.GetMessageId()); ok {
+				if _, done := refused.LoadOrStore(b, true); !done {
+					refuse = true
+				}
+			}
+		}
+		if refuse {
+			return rmqfake.Verdict{Delay: time.Second, Err: status.Error(codes.PermissionDenied, "refused once")}
+		}
+		return rmqfake.Verdict{}
+	})
+	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		if m.Value == "m1" || m.Value == "m2" {
+			ids.Store(m.Meta.MessageID, m.Value)
+		}
+		r.record(m.Value)
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: true}, nil)
+	r.waitUntil(ctx, "m3 handled twice", func(s []string) bool { return count(s, "m3") > 1 })
+	r.settled(ctx, 3)
+	for _, b := range []string{"m1", "m2"} {
+		if _, ok := refused.Load(b); !ok {
+			t.Fatalf("%s's ack was never refused", b)
+		}
+	}
+	if got, want := r.snapshot(), []string{"m1", "m2", "m3", "m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+}

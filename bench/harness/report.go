@@ -410,7 +410,7 @@ func (b *bench) targetsTable(w io.Writer) {
 		if mode == "lite" {
 			row("Runner + throttle ≥ 0.8× Source + AckAsync", mode, safeDiv(med("rmqflow/runner-throttle", mode), loop), 0.8)
 		}
-		best := max(loop, med("rmqflow/runner", mode))
+		best := max(loop, med("rmqflow/runner", mode), med("rmqflow/runner-pipelined", mode))
 		if p, s := b.strongest("official", scDrain, mode, c); s.N >= need {
 			row(fmt.Sprintf("rmqflow ≥ 1.5× the strongest official Go (`%s`)", p.Name()), mode, safeDiv(best, s.Median), 1.5)
 		}
