@@ -283,7 +283,7 @@ func TestSinkUnorderedSendsOneLiteTopicConcurrently(t *testing.T) {
 			})
 			ctx := rmqtest.Context(t, 30*time.Second)
 			sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: s.Addr()},
-				Topic: "lt", LiteTopic: "hot", Concurrency: 2, Unordered: unordered})
+				Topic: "lt", LiteTopic: "hot", Concurrency: want, Unordered: unordered}) // want senders: 4 in flight even if each takes one record
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -148,8 +148,8 @@ func start(t *testing.T, dir, name, bin string, args ...string) *proc {
 func (p *proc) stderrTail() string {
 	b, _ := os.ReadFile(p.errPath)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
+	if len(lines) > 40 { // the consumer's status line comes every 10 s
+		lines = lines[len(lines)-40:]
 	}
 	return strings.Join(lines, "\n")
 }
