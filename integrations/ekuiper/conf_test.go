@@ -42,6 +42,9 @@ func TestParseSource(t *testing.T) {
 		"secret-key":        {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "access-key": "ak"},
 		"InvisibleDuration": {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "invisible-duration": "1s"},
 		"filter-expression": {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "mode": "simple", "filter-type": "sql"},
+		"interval":          {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "interval": "1s"},
+		"payloadFormat":     {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "payloadFormat": "json"},
+		"payloadField":      {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "payloadField": "data"},
 	} {
 		_, _, err := parseSource(bad)
 		if err == nil || !strings.Contains(err.Error(), key) {
@@ -226,16 +229,48 @@ func TestCheckRule(t *testing.T) {
 		"countwindow":              func(r *ruleDef) { r.SQL += " GROUP BY countwindow(10, 5)" },
 		"sendMetaToSink":           func(r *ruleDef) { r.SQL = "SELECT n FROM s" },
 		"no action acks":           func(r *ruleDef) { r.Actions = r.Actions[1:2] },
+		// The window check reads the SQL as eKuiper's scanner does.
+		"HOPPINGWINDOW:":  func(r *ruleDef) { r.SQL += " GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)" },
+		"SLIDINGWINDOW:":  func(r *ruleDef) { r.SQL += " GROUP BY `slidingwindow` (ss, 10)" },
+		"COUNTWINDOW ":    func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10/**/,5)" },
+		"COUNTWINDOW wi":  func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10 -- x\n, 5)" },
+		"FOOWINDOW":       func(r *ruleDef) { r.SQL += " GROUP BY FOOWINDOW(ss, 10)" },
+		"qos":             func(r *ruleDef) { r.Options.Qos = 1 },
+		"sendMetaToSink ": func(r *ruleDef) { r.SQL = "SELECT n /* AS rocketmq_seq */ FROM s WHERE 'rocketmq_seq' = n" },
+		"batchSize": func(r *ruleDef) {
+			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "batchSize": 10}}
+		},
+		"lingerInterval": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"lingerInterval": "1s"}}
+		},
+		"dataTemplate": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"dataTemplate": "{{.n}}"}}
+		},
+		"dataField": func(r *ruleDef) {
+			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "dataField": "n"}}
+		},
+		"fields": func(r *ruleDef) {
+			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n"}}}
+		},
+		// "ack" is read as the sink reads it: "0" is false for both, "F" too.
+		"no action acks ": func(r *ruleDef) {
+			r.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t", "ack": "0"}}, {"rocketmq": map[string]any{"ack": "F"}}}
+		},
 	} {
 		r := good()
 		edit(&r)
 		_, err := checkRule(r)
 		var re *RuleError
-		if !errors.As(err, &re) || !strings.Contains(err.Error(), want) {
+		if !errors.As(err, &re) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(strings.TrimSpace(want))) {
 			t.Errorf("%s: %v, want a *RuleError naming it", want, err)
 		}
 	}
 	r := good()
+	r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n", "rocketmq_seq"}, "lingerInterval": 0}}
+	if n, err := checkRule(r); err != nil || n != 2 {
+		t.Errorf("fields with rocketmq_seq, lingerInterval 0: %d, %v", n, err)
+	}
+	r = good()
 	r.SQL = "SELECT n FROM s GROUP BY COUNTWINDOW(10), TUMBLINGWINDOW(ss, 5)"
 	r.Options.SendMetaToSink = true
 	if _, err := checkRule(r); err != nil {
@@ -311,5 +346,66 @@ func TestDrained(t *testing.T) {
 	windowed := topoDef{Sources: topo.Sources, Edges: map[string][]string{"source_s": {"op_2_window"}, "op_2_window": {"sink_rocketmq_0"}}}
 	if ok, _ := drained(windowed, status(), 10); ok {
 		t.Error("a rule with a window: drained")
+	}
+}
+
+// TestCheckTopo: the running rule's topology must match the checked
+// definition, and hold no node that keeps rows out of the idle check's
+// sight (a batching node, a rate limiter, a dedup trigger, a join); a
+// stream whose name says "window" or "join" is not taken for one.
+func TestCheckTopo(t *testing.T) {
+	var def ruleDef
+	def.ID, def.SQL = "r", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM window_events WHERE n > 1"
+	def.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}, {"log": map[string]any{}}}
+	topo := func(extra ...string) topoDef {
+		chain := append([]string{"source_window_events", "op_2_decoder", "op_3_filter"}, extra...)
+		chain = append(chain, "op_4_project", "op_rocketmq_0_0_transform", "sink_rocketmq_0")
+		e := map[string][]string{}
+		for i := 0; i+1 < len(chain); i++ {
+			e[chain[i]] = []string{chain[i+1]}
+		}
+		e["op_4_project"] = append(e["op_4_project"], "op_log_1_0_transform")
+		e["op_log_1_0_transform"] = []string{"sink_log_1"}
+		return topoDef{Sources: []string{"source_window_events"}, Edges: e}
+	}
+	if err := checkTopo(def, topo()); err != nil {
+		t.Fatalf("the checked rule: %v", err)
+	}
+	for _, n := range topo().nodes() {
+		if holdsRows(n, []string{"source_window_events"}) {
+			t.Errorf("%s taken for a node that holds rows", n)
+		}
+	}
+	for what, tp := range map[string]topoDef{
+		"op_rocketmq_0_0_batch": func() topoDef {
+			tp := topo()
+			tp.Edges["op_4_project"][0] = "op_rocketmq_0_0_batch"
+			tp.Edges["op_rocketmq_0_0_batch"] = []string{"op_rocketmq_0_0_transform"}
+			return tp
+		}(),
+		"op_1_ratelimit":     topo("op_1_ratelimit"),
+		"op_5_dedup_trigger": topo("op_5_dedup_trigger"),
+		"op_5_join":          topo("op_5_join"),
+		"op_5_window":        topo("op_5_window"),
+		"sink_rocketmq_ack_2": func() topoDef {
+			tp := topo()
+			tp.Edges["op_4_project"] = append(tp.Edges["op_4_project"], "sink_rocketmq_ack_2")
+			return tp
+		}(),
+		"1 sinks": func() topoDef {
+			tp := topo()
+			tp.Edges["op_4_project"] = tp.Edges["op_4_project"][:1]
+			delete(tp.Edges, "op_log_1_0_transform")
+			return tp
+		}(),
+	} {
+		if err := checkTopo(def, tp); err == nil || !strings.Contains(err.Error(), what) {
+			t.Errorf("%s: %v, want a refusal naming it", what, err)
+		}
+	}
+	w := def
+	w.SQL += " GROUP BY TUMBLINGWINDOW(ss, 1)"
+	if err := checkTopo(w, topo("op_5_window")); err != nil {
+		t.Errorf("a checked window: %v", err)
 	}
 }

@@ -124,6 +124,21 @@ func parseSource(m map[string]any) (sourceConf, []string, error) {
 	default:
 		p.fail("ack-mode", "want sink, ingest or external, got %q", c.ackMode)
 	}
+	if c.ackMode == AckSink {
+		// eKuiper puts a rate-limiting node after a source with interval: it
+		// holds the latest row, counted as processed, where the idle check
+		// cannot see it.
+		if v, ok := p.m["interval"]; ok && !zeroValue(v) {
+			p.fail("interval", "ack-mode sink takes each message as it comes (a rate limiter holds rows the ack check cannot see): leave interval unset")
+		}
+		// payloadFormat/payloadField make several rows of one decoded row,
+		// all with its one rocketmq_seq.
+		for _, k := range []string{"payloadFormat", "payloadField"} {
+			if v, ok := p.m[k]; ok && !zeroValue(v) {
+				p.fail(k, "ack-mode sink gives each row its own %s, which %s would share among several rows: leave it unset", MetaSeq, k)
+			}
+		}
+	}
 	c.maxAge = p.duration("pending-max-age")
 	if c.maxAge == 0 {
 		c.maxAge = DefaultPendingMaxAge
@@ -218,6 +233,12 @@ func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) err
 			return fail(err)
 		}
 		n, err := checkRule(def)
+		if err != nil {
+			return fail(err)
+		}
+		cctx, cancel = context.WithTimeout(ctx, ruleCheckTimeout)
+		err = confirmRule(cctx, def)
+		cancel()
 		if err != nil {
 			return fail(err)
 		}
