@@ -409,3 +409,59 @@ func TestCheckTopo(t *testing.T) {
 		t.Errorf("a checked window: %v", err)
 	}
 }
+
+// TestLedgerFailureWithoutSeq: a failed call whose rows carry no
+// rocketmq_seq leaves every row ingested so far to come back: neither the
+// idle check nor a later delivery acks them.
+func TestLedgerFailureWithoutSeq(t *testing.T) {
+	ctx := t.Context()
+	a := &fakeAcker{}
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	if err := l.attach(new(int), a, 1); err != nil {
+		t.Fatal(err)
+	}
+	h := func(id string) rmqflow.ReceiptHandle { return rmqflow.ReceiptHandle{MessageID: id} }
+	l.add(h("a"), 1, false)
+	l.add(h("b"), 1, false)
+	part := &ackPart{led: l, name: "s"}
+	l.join("s")
+	boom := errors.New("boom")
+	if err := part.settle(ctx, []map[string]any{{"n": 1}}, boom); !errors.Is(err, boom) {
+		t.Fatalf("settle: %v", err)
+	}
+	if n, err := l.settleIdle(ctx, 2); n != 0 || err != nil {
+		t.Fatalf("idle settle after the failure: %d, %v", n, err)
+	}
+	if st := a.state(); st != "acked [] left [a b] released []" {
+		t.Fatalf("after a failure without seq: %s", st)
+	}
+}
+
+// TestLedgerForeignSeq: a delivered seq above any this run gave out (a row
+// of an earlier run) acks nothing, fails the call, and the run acks nothing
+// afterwards: its messages come back.
+func TestLedgerForeignSeq(t *testing.T) {
+	ctx := t.Context()
+	a := &fakeAcker{}
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	if err := l.attach(new(int), a, 1); err != nil {
+		t.Fatal(err)
+	}
+	h := func(id string) rmqflow.ReceiptHandle { return rmqflow.ReceiptHandle{MessageID: id} }
+	l.add(h("a"), 1, false)
+	l.add(h("b"), 1, false)
+	l.join("s")
+	if err := l.delivered(ctx, "s", 7); !errors.Is(err, ErrForeignSeq) {
+		t.Fatalf("seq 7 of 2: %v, want ErrForeignSeq", err)
+	}
+	l.add(h("c"), 1, false)
+	if err := l.delivered(ctx, "s", 3); !errors.Is(err, ErrForeignSeq) {
+		t.Fatalf("after the foreign seq: %v, want ErrForeignSeq", err)
+	}
+	if n, _ := l.settleIdle(ctx, 3); n != 0 {
+		t.Fatalf("idle settle acked %d", n)
+	}
+	if st := a.state(); st != "acked [] left [a b c] released []" {
+		t.Fatalf("after a foreign seq: %s", st)
+	}
+}

@@ -36,7 +36,15 @@ type ledger struct {
 	expected int
 	marks    map[string]int64
 	now      func() time.Time
+	// poisoned: a sink reported a seq this run never gave out (a row of an
+	// earlier run): progress can no longer be trusted, and the run acks
+	// nothing more; its messages come back.
+	poisoned error
 }
+
+// ErrForeignSeq: a sink delivered a row whose rocketmq_seq this run of the
+// rule never gave out (restored state of an earlier run, a cached row).
+var ErrForeignSeq = errors.New("rocketmq: a delivered row carries a " + MetaSeq + " this run of the rule never gave out (a row of an earlier run?): the run acks nothing more, its messages come back")
 
 // ackerLike is what a ledger needs of rmqflow's Acker (a fake in unit tests).
 type ackerLike interface {
@@ -231,6 +239,14 @@ func (l *ledger) takeLocked(drop func(pendingRow) bool) []*heldMsg {
 // failed ack leaves its message to come back (a duplicate, not a loss).
 func (l *ledger) delivered(ctx context.Context, sink string, seq int64) error {
 	l.mu.Lock()
+	if seq > l.next && l.poisoned == nil {
+		l.poisoned = fmt.Errorf("rule %s: sink %s delivered seq %d, the run gave out %d: %w", l.key, sink, seq, l.next, ErrForeignSeq)
+	}
+	if err := l.poisoned; err != nil {
+		l.mu.Unlock()
+		l.failed(l.ingested())
+		return err
+	}
 	if seq > l.marks[sink] {
 		l.marks[sink] = seq
 	}
@@ -304,6 +320,11 @@ func (l *ledger) ingested() int64 {
 // or dropped) while nothing else was ingested (idle.go).
 func (l *ledger) settleIdle(ctx context.Context, seq int64) (int, error) {
 	l.mu.Lock()
+	if err := l.poisoned; err != nil {
+		l.mu.Unlock()
+		l.failed(seq)
+		return 0, err
+	}
 	done := l.takeLocked(func(r pendingRow) bool { return r.seq <= seq })
 	acker := l.acker
 	l.mu.Unlock()

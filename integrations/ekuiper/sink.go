@@ -329,10 +329,17 @@ func (a *ackPart) settle(ctx context.Context, rows []map[string]any, failure err
 		}
 	}
 	if top < 0 {
-		if failure == nil && len(rows) > 0 && a.led.hasSource() {
+		if failure != nil {
+			// A failed call that names no seq: which rows it covered is
+			// unknown, so every row the run ingested so far is left to come
+			// back, lest the idle check or a later delivery ack them.
+			a.led.failed(a.led.ingested())
+			return failure
+		}
+		if len(rows) > 0 && a.led.hasSource() {
 			return fmt.Errorf("rocketmq: %w", errNoSeq)
 		}
-		return failure
+		return nil
 	}
 	if failure != nil {
 		a.led.failed(top)
