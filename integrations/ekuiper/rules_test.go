@@ -1,6 +1,7 @@
 package rmqkuiper_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -507,5 +508,30 @@ func TestRESTPortTaken(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), l.Addr().String()) {
 		t.Fatalf("exit %v, output %q; want exit 1 naming %s", err, out, l.Addr())
+	}
+}
+
+// TestStartRefusals: rmqflow-sql refuses to start (exit 1, naming the
+// setting) on a REST address without a host (it would bind every
+// interface) and on an environment that changes the rule defaults the
+// ack-mode sink check relies on (qos, isEventTime, concurrency).
+func TestStartRefusals(t *testing.T) {
+	for _, env := range [][]string{
+		{"RMQFLOW_SQL_REST=:" + portOf(freeAddr(t))},
+		{"KUIPER__RULE__QOS=1"},
+		{"kuiper__rule__isEventTime=true"},
+		{"KUIPER__RULE__CONCURRENCY=4"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary) // a server that starts is killed
+		cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+t.TempDir(), "RMQFLOW_SQL_REST="+freeAddr(t))
+		cmd.Env = append(cmd.Env, env...)
+		name, _, _ := strings.Cut(env[0], "=")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), name) {
+			t.Errorf("%v: exit %v, output %q; want exit 1 naming %s", env, err, out, name)
+		}
 	}
 }
