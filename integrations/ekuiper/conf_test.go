@@ -2,8 +2,12 @@ package rmqkuiper
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -463,5 +467,50 @@ func TestLedgerForeignSeq(t *testing.T) {
 	}
 	if st := a.state(); st != "acked [] left [a b c] released []" {
 		t.Fatalf("after a foreign seq: %s", st)
+	}
+}
+
+// TestConfirmRule: the source starts only when the running topology matches
+// the checked definition and the stored definition, read again after it, is
+// still the one checked (eKuiper starts an updated rule before storing its
+// new definition).
+func TestConfirmRule(t *testing.T) {
+	var def ruleDef
+	def.ID, def.SQL = "r", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s"
+	def.Options.DisableBufferFullDiscard = true
+	def.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}}
+	good := `{"sources":["source_s"],"edges":{"source_s":["op_2_decoder"],"op_2_decoder":["op_3_project"],
+		"op_3_project":["op_rocketmq_0_0_transform"],"op_rocketmq_0_0_transform":["sink_rocketmq_0"]}}`
+	updated := `{"sources":["source_s"],"edges":{"source_s":["op_2_decoder"],"op_2_decoder":["op_3_project"],
+		"op_3_project":["op_rocketmq_0_0_batch"],"op_rocketmq_0_0_batch":["op_rocketmq_0_0_transform"],"op_rocketmq_0_0_transform":["sink_rocketmq_0"]}}`
+	defJSON := func(sql string) string {
+		b, _ := json.Marshal(map[string]any{"id": "r", "sql": sql, "actions": def.Actions,
+			"options": map[string]any{"disableBufferFullDiscard": true}})
+		return string(b)
+	}
+	for what, c := range map[string]struct {
+		topo, stored string
+		want         string
+	}{
+		"consistent":           {good, defJSON(def.SQL), ""},
+		"topology of a newer":  {updated, defJSON(def.SQL), "op_rocketmq_0_0_batch"},
+		"stored after a check": {good, defJSON(def.SQL + " WHERE n > 1"), "changed"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/rules/r/topo":
+				_, _ = io.WriteString(w, c.topo)
+			case "/rules/r":
+				_, _ = io.WriteString(w, c.stored)
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		t.Setenv("RMQFLOW_SQL_RULE_API", srv.URL)
+		err := confirmRule(t.Context(), def)
+		srv.Close()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", what, err, c.want)
+		}
 	}
 }
