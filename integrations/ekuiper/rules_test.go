@@ -482,12 +482,31 @@ func TestUnsafeRuleRefused(t *testing.T) {
 	srv.stream("s", tg.in, "test")
 	srv.rule("unsafe", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", []map[string]any{tg.sinkAction(nil)},
 		map[string]any{"bufferLength": 1024})
+	// A sink-side batching node (it counts held rows processed), and an
+	// overlapping window hidden from a text search by a comment.
+	// (eKuiper provisions the sinks when the rule is created: refused then.)
+	b, _ := json.Marshal(map[string]any{"id": "batched", "sql": "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s",
+		"actions": []map[string]any{tg.sinkAction(map[string]any{"batchSize": 10, "lingerInterval": 1000})},
+		"options": map[string]any{"disableBufferFullDiscard": true}})
+	resp, err := http.Post("http://"+srv.addr+"/rules", "application/json", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 == 2 || !strings.Contains(string(body), "batchSize") {
+		t.Fatalf("a rule with batchSize on an acking action: %s %s", resp.Status, body)
+	}
+	srv.rule("hopping", "SELECT count(*) AS c, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)",
+		[]map[string]any{tg.sinkAction(nil)}, nil)
 	tg.send(t, []map[string]any{{"n": 1}}, func(int) string { return tg.lite(0) })
-	eventually(t, 30*time.Second, "the rule refused, naming the option", func() (bool, string) {
-		st := srv.status("unsafe")
-		b, _ := json.Marshal(st)
-		return strings.Contains(string(b), "disableBufferFullDiscard") && st["status"] != "running", string(b)
-	})
+	for id, want := range map[string]string{"unsafe": "disableBufferFullDiscard", "hopping": "HOPPINGWINDOW"} {
+		eventually(t, 30*time.Second, "rule "+id+" refused, naming "+want, func() (bool, string) {
+			st := srv.status(id)
+			b, _ := json.Marshal(st)
+			return strings.Contains(string(b), want) && st["status"] != "running", string(b)
+		})
+	}
 	if c := f.Stats().Groups["in-g"].Counts; c.InFlight != 0 || c.Acked != 0 {
 		t.Fatalf("the refused rule received messages: %+v", c)
 	}
