@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	mockContext "github.com/lf-edge/ekuiper/v2/pkg/mock/context"
+
 	"github.com/rmqflow/rmqflow"
 )
 
@@ -512,5 +514,65 @@ func TestConfirmRule(t *testing.T) {
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%s: %v, want %q", what, err, c.want)
 		}
+	}
+}
+
+// TestWatchRule: when the stored definition of a running rule stops being
+// the one checked (an update stored after the run's check), the run's ledger
+// acks nothing more and the rule is restarted.
+func TestWatchRule(t *testing.T) {
+	var def ruleDef
+	def.ID, def.SQL = "r", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s"
+	def.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}}
+	var mu sync.Mutex
+	sql, restarted := def.SQL, make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/rules/r":
+			mu.Lock()
+			b, _ := json.Marshal(map[string]any{"id": "r", "sql": sql, "actions": def.Actions})
+			mu.Unlock()
+			_, _ = w.Write(b)
+		case r.Method == http.MethodPost && r.URL.Path == "/rules/r/restart":
+			restarted <- struct{}{}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	t.Setenv("RMQFLOW_SQL_RULE_API", srv.URL)
+	a := &fakeAcker{}
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	if err := l.attach(new(int), a, 1); err != nil {
+		t.Fatal(err)
+	}
+	l.add(rmqflow.ReceiptHandle{MessageID: "a"}, 1, false)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchRule(t.Context(), mockContext.NewMockContext("r", "op"), def, l, []time.Duration{20 * time.Millisecond})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	l.mu.Lock()
+	early := l.poisoned
+	l.mu.Unlock()
+	if early != nil {
+		t.Fatal("poisoned while the definition was the checked one")
+	}
+	mu.Lock()
+	sql = "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW(ss, 10, 5)"
+	mu.Unlock()
+	select {
+	case <-restarted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the rule was not restarted")
+	}
+	<-done
+	l.join("s")
+	if err := l.delivered(t.Context(), "s", 1); err == nil {
+		t.Fatal("a delivery after the definition changed: no error")
+	}
+	if st := a.state(); st != "acked [] left [a] released []" {
+		t.Fatalf("after the definition changed: %s", st)
 	}
 }

@@ -290,6 +290,17 @@ func (l *ledger) failed(seq int64) int {
 	return len(back)
 }
 
+// poison makes the run ack nothing more, for err: every message pending and
+// every one ingested later is left to come back.
+func (l *ledger) poison(err error) {
+	l.mu.Lock()
+	if l.poisoned == nil {
+		l.poisoned = err
+	}
+	l.mu.Unlock()
+	l.failed(l.ingested())
+}
+
 // pending is how many messages wait to be settled (tests, status).
 func (l *ledger) pending() int {
 	l.mu.Lock()

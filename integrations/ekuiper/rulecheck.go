@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/lf-edge/ekuiper/contract/v2/api"
 )
 
 // RuleError is a rule that the rocketmq source refuses to run in ack-mode
@@ -334,4 +336,48 @@ func confirmRule(ctx context.Context, def ruleDef) error {
 		return &RuleError{Rule: def.ID, Reason: "the rule's stored definition changed while it started (an update): starting again"}
 	}
 	return nil
+}
+
+// defWatchTimes are the delays after which a running rule's stored
+// definition is read again (the last one repeats).
+var defWatchTimes = []time.Duration{2 * time.Second, 10 * time.Second, 30 * time.Second}
+
+// watchRule reads the rule's stored definition again while the run lasts:
+// an update whose definition eKuiper stored only after this run's check
+// (confirmRule read the old one twice) shows as a definition that differs
+// from the checked one. Then the run's ledger acks nothing more (its
+// messages come back) and the rule is restarted, so that the check runs on
+// what is stored now.
+func watchRule(ctx context.Context, sctx api.StreamContext, def ruleDef, led *ledger, times []time.Duration) {
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(times[min(i, len(times)-1)]):
+		}
+		var now ruleDef
+		if err := getJSON(ctx, ruleAPI()+"/rules/"+url.PathEscape(def.ID), &now); err != nil {
+			sctx.GetLogger().Debugf("rocketmq source: re-reading rule %s: %v", def.ID, err)
+			continue
+		}
+		if reflect.DeepEqual(now, def) {
+			continue
+		}
+		err := &RuleError{Rule: def.ID, Reason: "the rule's stored definition is no longer the one checked (updated while starting): this run acks nothing more, and the rule is restarted"}
+		led.poison(err)
+		sctx.GetLogger().Errorf("%v", err)
+		// Not waited for: the restart stops this run, which waits for this
+		// goroutine.
+		go func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(rctx, http.MethodPost, ruleAPI()+"/rules/"+url.PathEscape(def.ID)+"/restart", nil)
+			if resp, err := http.DefaultClient.Do(req); err != nil {
+				sctx.GetLogger().Errorf("rocketmq source: restarting rule %s: %v", def.ID, err)
+			} else {
+				resp.Body.Close()
+			}
+		}()
+		return
+	}
 }

@@ -181,7 +181,8 @@ type source struct {
 	mu     sync.Mutex
 	sess   *session
 	led    *ledger
-	sinks  int // the rule's acking sinks (ack-mode sink)
+	sinks  int     // the rule's acking sinks (ack-mode sink)
+	def    ruleDef // the definition the rule check approved (ack-mode sink)
 	sch    api.StatusChangeHandler
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -242,7 +243,7 @@ func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) err
 		if err != nil {
 			return fail(err)
 		}
-		s.sinks = n
+		s.sinks, s.def = n, def
 	}
 	sess, err := s.open(ctx)
 	if err != nil {
@@ -325,6 +326,14 @@ func (s *source) run(ctx context.Context, sctx api.StreamContext, ingest api.Byt
 			s.settleIdleLoop(ctx, sctx, led, s.conf.idleAck)
 		}()
 		defer func() { <-idleDone }()
+	}
+	if led != nil {
+		watchDone := make(chan struct{})
+		go func() {
+			defer close(watchDone)
+			watchRule(ctx, sctx, s.def, led, defWatchTimes)
+		}()
+		defer func() { <-watchDone }()
 	}
 	for {
 		m, err := sess.src.Next(ctx)
