@@ -470,6 +470,24 @@ func TestLedgerForeignSeq(t *testing.T) {
 	if st := a.state(); st != "acked [] left [a b c] released []" {
 		t.Fatalf("after a foreign seq: %s", st)
 	}
+	// A seq below the run's first: a row of an earlier run, whose seqs
+	// started lower (each run starts above the ones before).
+	l1, l2 := ledgerOf(ledgerKey{"foreign", 1}), ledgerOf(ledgerKey{"foreign", 2})
+	defer forget(l1)
+	defer forget(l2)
+	a2 := &fakeAcker{}
+	if err := l2.attach(new(int), a2, 1); err != nil {
+		t.Fatal(err)
+	}
+	old := l1.add(h("x"), 1, false)[0]
+	l2.add(h("y"), 1, false)
+	l2.join("s")
+	if err := l2.delivered(ctx, "s", old); !errors.Is(err, ErrForeignSeq) {
+		t.Fatalf("a seq of the earlier run: %v, want ErrForeignSeq", err)
+	}
+	if st := a2.state(); st != "acked [] left [y] released []" {
+		t.Fatalf("after a seq of the earlier run: %s", st)
+	}
 }
 
 // TestConfirmRule: the source starts only when the running topology matches

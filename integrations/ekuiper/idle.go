@@ -296,7 +296,10 @@ func (s *source) settleIdleLoop(ctx context.Context, sctx api.StreamContext, led
 		// node hands a row from its worker to its sender after counting it
 		// processed (eKuiper's ordered workers), so one snapshot could miss a
 		// row in that hand-over; the second would see it moved on.
-		first, ok := s.drainedSnapshot(ctx, sctx, base, *topo, n)
+		// The source node counts rows, the ledger gives out seqs from its
+		// base: the rows ingested are n less the base.
+		count := n - led.base()
+		first, ok := s.drainedSnapshot(ctx, sctx, base, *topo, count)
 		if !ok {
 			continue
 		}
@@ -305,7 +308,7 @@ func (s *source) settleIdleLoop(ctx context.Context, sctx api.StreamContext, led
 			return
 		case <-time.After(max(interval/10, 50*time.Millisecond)):
 		}
-		second, ok := s.drainedSnapshot(ctx, sctx, base, *topo, n)
+		second, ok := s.drainedSnapshot(ctx, sctx, base, *topo, count)
 		if !ok || !equalCounters(first, second) {
 			continue
 		}

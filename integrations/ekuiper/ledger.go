@@ -28,8 +28,12 @@ type ledger struct {
 	mu     sync.Mutex
 	acker  ackerLike // the source's; nil while no source is attached
 	source any       // the attached source, to detach only itself
-	next   int64
-	rows   []pendingRow // ascending seq
+	// first is the seq before the run's first row, next its last row's:
+	// the run gives out first+1..next. first comes from the clock (and is
+	// above any seq this process gave out before), so that a row of an
+	// earlier run, of this process or another, carries a seq outside them.
+	first, next int64
+	rows        []pendingRow // ascending seq
 	// expected is how many acking sinks the rule has; marks holds the
 	// highest seq each one delivered. Until every expected sink reported
 	// once, nothing is acked.
@@ -111,9 +115,23 @@ func ledgerOf(k ledgerKey) *ledger {
 	l := ledgers.m[k]
 	if l == nil {
 		l = &ledger{key: k, marks: map[string]int64{}, now: time.Now}
+		l.first = seqBase()
+		l.next = l.first
 		ledgers.m[k] = l
 	}
 	return l
+}
+
+// seqHigh is the highest seq base handed out in this process.
+var seqHigh int64
+
+// seqBase is where a new run's seqs start: the clock in microseconds, but
+// above every base before it (plus room for 2^32 rows each). Called under
+// ledgers' lock.
+func seqBase() int64 {
+	b := max(time.Now().UnixMicro(), seqHigh+1<<32)
+	seqHigh = b
+	return b
 }
 
 // forget drops the ledger of k from the registry once nothing uses it.
@@ -239,8 +257,8 @@ func (l *ledger) takeLocked(drop func(pendingRow) bool) []*heldMsg {
 // failed ack leaves its message to come back (a duplicate, not a loss).
 func (l *ledger) delivered(ctx context.Context, sink string, seq int64) error {
 	l.mu.Lock()
-	if seq > l.next && l.poisoned == nil {
-		l.poisoned = fmt.Errorf("rule %s: sink %s delivered seq %d, the run gave out %d: %w", l.key, sink, seq, l.next, ErrForeignSeq)
+	if (seq > l.next || seq <= l.first) && l.poisoned == nil {
+		l.poisoned = fmt.Errorf("rule %s: sink %s delivered seq %d, the run gave out %d..%d: %w", l.key, sink, seq, l.first+1, l.next, ErrForeignSeq)
 	}
 	if err := l.poisoned; err != nil {
 		l.mu.Unlock()
@@ -317,6 +335,13 @@ func (l *ledger) hasSource() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.source != nil
+}
+
+// base is the seq before the run's first row.
+func (l *ledger) base() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first
 }
 
 // ingested is the seq of the run's last ingested row.
