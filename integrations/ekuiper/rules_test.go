@@ -554,3 +554,38 @@ func TestStartRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdatedRuleChecked: a running rule updated (PUT) to an unsafe shape
+// is refused, whether its restart read the old definition (eKuiper v2.4.0
+// starts the updated rule before storing it: the running topology then has
+// a window the checked SQL has not) or the new one; nothing is acked.
+func TestUpdatedRuleChecked(t *testing.T) {
+	t.Parallel()
+	f := rmqfake.NewForTest(t)
+	tg := &target{endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", fake: f, run: "u"}
+	if err := f.CreateTopic("in", rmqfake.TopicLite); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CreateGroup("in-g", rmqfake.LiteBind("in"), rmqfake.Wildcard()); err != nil {
+		t.Fatal(err)
+	}
+	srv := startOn(t, tg, "")
+	srv.stream("s", tg.in, "test")
+	srv.rule("upd", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", []map[string]any{tg.sinkAction(map[string]any{"topic": "nowhere"})}, nil)
+	srv.waitRunning("upd")
+	srv.call(http.MethodPut, "/rules/upd", map[string]any{"id": "upd",
+		"sql":     "SELECT count(*) AS c, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW(ss, 10, 5)",
+		"actions": []map[string]any{tg.sinkAction(map[string]any{"topic": "nowhere"})}, "options": map[string]any{"disableBufferFullDiscard": true}})
+	eventually(t, 30*time.Second, "the updated rule refused", func() (bool, string) {
+		st := srv.status("upd")
+		b, _ := json.Marshal(st)
+		return (strings.Contains(string(b), "HOPPINGWINDOW") || strings.Contains(string(b), "updated while starting")) && st["status"] != "running", string(b)
+	})
+	st, _ := json.Marshal(srv.status("upd"))
+	t.Logf("status: %s", st)
+	tg.send(t, []map[string]any{{"n": 1}}, func(int) string { return tg.lite(0) })
+	time.Sleep(time.Second)
+	if c := f.Stats().Groups["in-g"].Counts; c.Acked != 0 {
+		t.Fatalf("the refused rule acked: %+v", c)
+	}
+}
