@@ -242,6 +242,7 @@ func TestCheckRule(t *testing.T) {
 		"COUNTWINDOW wi":  func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10 -- x\n, 5)" },
 		"FOOWINDOW":       func(r *ruleDef) { r.SQL += " GROUP BY FOOWINDOW(ss, 10)" },
 		"qos":             func(r *ruleDef) { r.Options.Qos = 1 },
+		"DEDUP_TRIGGER":   func(r *ruleDef) { r.SQL = "SELECT dedup_trigger(id, s, e, now(), 1) /* */ FROM s" },
 		"sendMetaToSink ": func(r *ruleDef) { r.SQL = "SELECT n /* AS rocketmq_seq */ FROM s WHERE 'rocketmq_seq' = n" },
 		"batchSize": func(r *ruleDef) {
 			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "batchSize": 10}}

@@ -205,6 +205,11 @@ func checkRule(r ruleDef) (int, error) {
 			return fail("%s: not a window kind the check knows; use TUMBLINGWINDOW, SESSIONWINDOW or COUNTWINDOW(n)", strings.ToUpper(name))
 		}
 	}
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i] == "dedup_trigger" && toks[i+1] == "(" {
+			return fail("DEDUP_TRIGGER holds rows in its state where the ack-mode checks cannot see them")
+		}
+	}
 	if !o.SendMetaToSink && !selectsSeq(toks) {
 		return fail("the rows must carry %s: select meta(%s) AS %s (max(meta(%s)) AS %s in a window), or set the rule option \"sendMetaToSink\": true",
 			MetaSeq, MetaSeq, MetaSeq, MetaSeq, MetaSeq)
