@@ -2,12 +2,18 @@ package rmqkuiper
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	mockContext "github.com/lf-edge/ekuiper/v2/pkg/mock/context"
 
 	"github.com/rmqflow/rmqflow"
 )
@@ -42,6 +48,9 @@ func TestParseSource(t *testing.T) {
 		"secret-key":        {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "access-key": "ak"},
 		"InvisibleDuration": {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "invisible-duration": "1s"},
 		"filter-expression": {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "mode": "simple", "filter-type": "sql"},
+		"interval":          {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "interval": "1s"},
+		"payloadFormat":     {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "payloadFormat": "json"},
+		"payloadField":      {"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "payloadField": "data"},
 	} {
 		_, _, err := parseSource(bad)
 		if err == nil || !strings.Contains(err.Error(), key) {
@@ -226,16 +235,49 @@ func TestCheckRule(t *testing.T) {
 		"countwindow":              func(r *ruleDef) { r.SQL += " GROUP BY countwindow(10, 5)" },
 		"sendMetaToSink":           func(r *ruleDef) { r.SQL = "SELECT n FROM s" },
 		"no action acks":           func(r *ruleDef) { r.Actions = r.Actions[1:2] },
+		// The window check reads the SQL as eKuiper's scanner does.
+		"HOPPINGWINDOW:":  func(r *ruleDef) { r.SQL += " GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)" },
+		"SLIDINGWINDOW:":  func(r *ruleDef) { r.SQL += " GROUP BY `slidingwindow` (ss, 10)" },
+		"COUNTWINDOW ":    func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10/**/,5)" },
+		"COUNTWINDOW wi":  func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10 -- x\n, 5)" },
+		"FOOWINDOW":       func(r *ruleDef) { r.SQL += " GROUP BY FOOWINDOW(ss, 10)" },
+		"qos":             func(r *ruleDef) { r.Options.Qos = 1 },
+		"DEDUP_TRIGGER":   func(r *ruleDef) { r.SQL = "SELECT dedup_trigger(id, s, e, now(), 1) /* */ FROM s" },
+		"sendMetaToSink ": func(r *ruleDef) { r.SQL = "SELECT n /* AS rocketmq_seq */ FROM s WHERE 'rocketmq_seq' = n" },
+		"batchSize": func(r *ruleDef) {
+			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "batchSize": 10}}
+		},
+		"lingerInterval": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"lingerInterval": "1s"}}
+		},
+		"dataTemplate": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"dataTemplate": "{{.n}}"}}
+		},
+		"dataField": func(r *ruleDef) {
+			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "dataField": "n"}}
+		},
+		"fields": func(r *ruleDef) {
+			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n"}}}
+		},
+		// "ack" is read as the sink reads it: "0" is false for both, "F" too.
+		"no action acks ": func(r *ruleDef) {
+			r.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t", "ack": "0"}}, {"rocketmq": map[string]any{"ack": "F"}}}
+		},
 	} {
 		r := good()
 		edit(&r)
 		_, err := checkRule(r)
 		var re *RuleError
-		if !errors.As(err, &re) || !strings.Contains(err.Error(), want) {
+		if !errors.As(err, &re) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(strings.TrimSpace(want))) {
 			t.Errorf("%s: %v, want a *RuleError naming it", want, err)
 		}
 	}
 	r := good()
+	r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n", "rocketmq_seq"}, "lingerInterval": 0}}
+	if n, err := checkRule(r); err != nil || n != 2 {
+		t.Errorf("fields with rocketmq_seq, lingerInterval 0: %d, %v", n, err)
+	}
+	r = good()
 	r.SQL = "SELECT n FROM s GROUP BY COUNTWINDOW(10), TUMBLINGWINDOW(ss, 5)"
 	r.Options.SendMetaToSink = true
 	if _, err := checkRule(r); err != nil {
@@ -311,5 +353,245 @@ func TestDrained(t *testing.T) {
 	windowed := topoDef{Sources: topo.Sources, Edges: map[string][]string{"source_s": {"op_2_window"}, "op_2_window": {"sink_rocketmq_0"}}}
 	if ok, _ := drained(windowed, status(), 10); ok {
 		t.Error("a rule with a window: drained")
+	}
+}
+
+// TestCheckTopo: the running rule's topology must match the checked
+// definition, and hold no node that keeps rows out of the idle check's
+// sight (a batching node, a rate limiter, a dedup trigger, a join); a
+// stream whose name says "window" or "join" is not taken for one.
+func TestCheckTopo(t *testing.T) {
+	var def ruleDef
+	def.ID, def.SQL = "r", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM window_events WHERE n > 1"
+	def.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}, {"log": map[string]any{}}}
+	topo := func(extra ...string) topoDef {
+		chain := append([]string{"source_window_events", "op_2_decoder", "op_3_filter"}, extra...)
+		chain = append(chain, "op_4_project", "op_rocketmq_0_0_transform", "sink_rocketmq_0")
+		e := map[string][]string{}
+		for i := 0; i+1 < len(chain); i++ {
+			e[chain[i]] = []string{chain[i+1]}
+		}
+		e["op_4_project"] = append(e["op_4_project"], "op_log_1_0_transform")
+		e["op_log_1_0_transform"] = []string{"sink_log_1"}
+		return topoDef{Sources: []string{"source_window_events"}, Edges: e}
+	}
+	if err := checkTopo(def, topo()); err != nil {
+		t.Fatalf("the checked rule: %v", err)
+	}
+	for _, n := range topo().nodes() {
+		if holdsRows(n, []string{"source_window_events"}) {
+			t.Errorf("%s taken for a node that holds rows", n)
+		}
+	}
+	for what, tp := range map[string]topoDef{
+		"op_rocketmq_0_0_batch": func() topoDef {
+			tp := topo()
+			tp.Edges["op_4_project"][0] = "op_rocketmq_0_0_batch"
+			tp.Edges["op_rocketmq_0_0_batch"] = []string{"op_rocketmq_0_0_transform"}
+			return tp
+		}(),
+		"op_1_ratelimit":     topo("op_1_ratelimit"),
+		"op_5_dedup_trigger": topo("op_5_dedup_trigger"),
+		"op_5_join":          topo("op_5_join"),
+		"op_5_window":        topo("op_5_window"),
+		"sink_rocketmq_ack_2": func() topoDef {
+			tp := topo()
+			tp.Edges["op_4_project"] = append(tp.Edges["op_4_project"], "sink_rocketmq_ack_2")
+			return tp
+		}(),
+		"1 sinks": func() topoDef {
+			tp := topo()
+			tp.Edges["op_4_project"] = tp.Edges["op_4_project"][:1]
+			delete(tp.Edges, "op_log_1_0_transform")
+			return tp
+		}(),
+	} {
+		if err := checkTopo(def, tp); err == nil || !strings.Contains(err.Error(), what) {
+			t.Errorf("%s: %v, want a refusal naming it", what, err)
+		}
+	}
+	w := def
+	w.SQL += " GROUP BY TUMBLINGWINDOW(ss, 1)"
+	if err := checkTopo(w, topo("op_5_window")); err != nil {
+		t.Errorf("a checked window: %v", err)
+	}
+}
+
+// TestLedgerFailureWithoutSeq: a failed call whose rows carry no
+// rocketmq_seq leaves every row ingested so far to come back: neither the
+// idle check nor a later delivery acks them.
+func TestLedgerFailureWithoutSeq(t *testing.T) {
+	ctx := t.Context()
+	a := &fakeAcker{}
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	if err := l.attach(new(int), a, 1); err != nil {
+		t.Fatal(err)
+	}
+	h := func(id string) rmqflow.ReceiptHandle { return rmqflow.ReceiptHandle{MessageID: id} }
+	l.add(h("a"), 1, false)
+	l.add(h("b"), 1, false)
+	part := &ackPart{led: l, name: "s"}
+	l.join("s")
+	boom := errors.New("boom")
+	if err := part.settle(ctx, []map[string]any{{"n": 1}}, boom); !errors.Is(err, boom) {
+		t.Fatalf("settle: %v", err)
+	}
+	if n, err := l.settleIdle(ctx, 2); n != 0 || err != nil {
+		t.Fatalf("idle settle after the failure: %d, %v", n, err)
+	}
+	if st := a.state(); st != "acked [] left [a b] released []" {
+		t.Fatalf("after a failure without seq: %s", st)
+	}
+}
+
+// TestLedgerForeignSeq: a delivered seq above any this run gave out (a row
+// of an earlier run) acks nothing, fails the call, and the run acks nothing
+// afterwards: its messages come back.
+func TestLedgerForeignSeq(t *testing.T) {
+	ctx := t.Context()
+	a := &fakeAcker{}
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	if err := l.attach(new(int), a, 1); err != nil {
+		t.Fatal(err)
+	}
+	h := func(id string) rmqflow.ReceiptHandle { return rmqflow.ReceiptHandle{MessageID: id} }
+	l.add(h("a"), 1, false)
+	l.add(h("b"), 1, false)
+	l.join("s")
+	if err := l.delivered(ctx, "s", 7); !errors.Is(err, ErrForeignSeq) {
+		t.Fatalf("seq 7 of 2: %v, want ErrForeignSeq", err)
+	}
+	l.add(h("c"), 1, false)
+	if err := l.delivered(ctx, "s", 3); !errors.Is(err, ErrForeignSeq) {
+		t.Fatalf("after the foreign seq: %v, want ErrForeignSeq", err)
+	}
+	if n, _ := l.settleIdle(ctx, 3); n != 0 {
+		t.Fatalf("idle settle acked %d", n)
+	}
+	if st := a.state(); st != "acked [] left [a b c] released []" {
+		t.Fatalf("after a foreign seq: %s", st)
+	}
+	// A seq below the run's first: a row of an earlier run, whose seqs
+	// started lower (each run starts above the ones before).
+	l1, l2 := ledgerOf(ledgerKey{"foreign", 1}), ledgerOf(ledgerKey{"foreign", 2})
+	defer forget(l1)
+	defer forget(l2)
+	a2 := &fakeAcker{}
+	if err := l2.attach(new(int), a2, 1); err != nil {
+		t.Fatal(err)
+	}
+	old := l1.add(h("x"), 1, false)[0]
+	l2.add(h("y"), 1, false)
+	l2.join("s")
+	if err := l2.delivered(ctx, "s", old); !errors.Is(err, ErrForeignSeq) {
+		t.Fatalf("a seq of the earlier run: %v, want ErrForeignSeq", err)
+	}
+	if st := a2.state(); st != "acked [] left [y] released []" {
+		t.Fatalf("after a seq of the earlier run: %s", st)
+	}
+}
+
+// TestConfirmRule: the source starts only when the running topology matches
+// the checked definition and the stored definition, read again after it, is
+// still the one checked (eKuiper starts an updated rule before storing its
+// new definition).
+func TestConfirmRule(t *testing.T) {
+	var def ruleDef
+	def.ID, def.SQL = "r", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s"
+	def.Options.DisableBufferFullDiscard = true
+	def.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}}
+	good := `{"sources":["source_s"],"edges":{"source_s":["op_2_decoder"],"op_2_decoder":["op_3_project"],
+		"op_3_project":["op_rocketmq_0_0_transform"],"op_rocketmq_0_0_transform":["sink_rocketmq_0"]}}`
+	updated := `{"sources":["source_s"],"edges":{"source_s":["op_2_decoder"],"op_2_decoder":["op_3_project"],
+		"op_3_project":["op_rocketmq_0_0_batch"],"op_rocketmq_0_0_batch":["op_rocketmq_0_0_transform"],"op_rocketmq_0_0_transform":["sink_rocketmq_0"]}}`
+	defJSON := func(sql string) string {
+		b, _ := json.Marshal(map[string]any{"id": "r", "sql": sql, "actions": def.Actions,
+			"options": map[string]any{"disableBufferFullDiscard": true}})
+		return string(b)
+	}
+	for what, c := range map[string]struct {
+		topo, stored string
+		want         string
+	}{
+		"consistent":           {good, defJSON(def.SQL), ""},
+		"topology of a newer":  {updated, defJSON(def.SQL), "op_rocketmq_0_0_batch"},
+		"stored after a check": {good, defJSON(def.SQL + " WHERE n > 1"), "changed"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/rules/r/topo":
+				_, _ = io.WriteString(w, c.topo)
+			case "/rules/r":
+				_, _ = io.WriteString(w, c.stored)
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		t.Setenv("RMQFLOW_SQL_RULE_API", srv.URL)
+		err := confirmRule(t.Context(), def)
+		srv.Close()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", what, err, c.want)
+		}
+	}
+}
+
+// TestWatchRule: when the stored definition of a running rule stops being
+// the one checked (an update stored after the run's check), the run's ledger
+// acks nothing more and the rule is restarted.
+func TestWatchRule(t *testing.T) {
+	var def ruleDef
+	def.ID, def.SQL = "r", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s"
+	def.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}}
+	var mu sync.Mutex
+	sql, restarted := def.SQL, make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/rules/r":
+			mu.Lock()
+			b, _ := json.Marshal(map[string]any{"id": "r", "sql": sql, "actions": def.Actions})
+			mu.Unlock()
+			_, _ = w.Write(b)
+		case r.Method == http.MethodPost && r.URL.Path == "/rules/r/restart":
+			restarted <- struct{}{}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	t.Setenv("RMQFLOW_SQL_RULE_API", srv.URL)
+	a := &fakeAcker{}
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	if err := l.attach(new(int), a, 1); err != nil {
+		t.Fatal(err)
+	}
+	l.add(rmqflow.ReceiptHandle{MessageID: "a"}, 1, false)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchRule(t.Context(), mockContext.NewMockContext("r", "op"), def, l, []time.Duration{20 * time.Millisecond})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	l.mu.Lock()
+	early := l.poisoned
+	l.mu.Unlock()
+	if early != nil {
+		t.Fatal("poisoned while the definition was the checked one")
+	}
+	mu.Lock()
+	sql = "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW(ss, 10, 5)"
+	mu.Unlock()
+	select {
+	case <-restarted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the rule was not restarted")
+	}
+	<-done
+	l.join("s")
+	if err := l.delivered(t.Context(), "s", 1); err == nil {
+		t.Fatal("a delivery after the definition changed: no error")
+	}
+	if st := a.state(); st != "acked [] left [a] released []" {
+		t.Fatalf("after the definition changed: %s", st)
 	}
 }

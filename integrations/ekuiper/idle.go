@@ -3,11 +3,13 @@ package rmqkuiper
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,8 +56,101 @@ func (t topoDef) nodes() []string {
 	return out
 }
 
-// statefulNode matches the nodes that hold rows back: windows and joins.
-var statefulNode = regexp.MustCompile(`(?i)window|join`)
+// Node kinds in a rule's topology (GET /rules/{id}/topo), from the op
+// names eKuiper's planner gives: "op_<n>_<kind>" for the SQL's operators,
+// "op_<action>_<i>_<j>_<kind>" for the nodes before a sink. The source is
+// "source_<stream>", a sink "sink_<action>_<i>".
+var (
+	sqlOp  = regexp.MustCompile(`^op_\d+_([a-zA-Z_]+)$`)
+	sinkOp = regexp.MustCompile(`^op_(.+)_\d+_\d+_([a-zA-Z]+)$`)
+	sinkNd = regexp.MustCompile(`^sink_(.+)_(\d+)$`)
+)
+
+// passOps are the SQL operators that pass rows on, or drop them, as they
+// come; windowOps hold rows until a result (a window the SQL check
+// approved). Any other op (a join, dedup_trigger, ratelimit, watermark,
+// batch, cache...) is refused in ack-mode sink.
+var (
+	passOps = map[string]bool{"decoder": true, "payload_decoder": true, "decompress": true, "preprocessor": true,
+		"emitter": true, "analytic": true, "filter": true, "agg_func": true, "aggregate": true, "having": true,
+		"order": true, "project": true, "projectset": true, "windowFunc": true, "windowFilter": true}
+	windowOps    = map[string]bool{"window": true, "inc_agg_window": true}
+	sinkPassOps  = map[string]bool{"transform": true, "encode": true, "compress": true, "encrypt": true}
+	errUnknownOp = errors.New("not a node kind the ack-mode check knows")
+)
+
+// nodeKind classifies a topology node: "source", "sink", "pass", "window",
+// or an error for a node that could hold rows unseen.
+func nodeKind(n string, sources []string) (string, error) {
+	if slices.Contains(sources, n) {
+		return "source", nil
+	}
+	if sinkNd.MatchString(n) {
+		return "sink", nil
+	}
+	if m := sqlOp.FindStringSubmatch(n); m != nil {
+		switch {
+		case passOps[m[1]]:
+			return "pass", nil
+		case windowOps[m[1]]:
+			return "window", nil
+		}
+		return "", fmt.Errorf("%s: %w", n, errUnknownOp)
+	}
+	if m := sinkOp.FindStringSubmatch(n); m != nil && sinkPassOps[m[2]] {
+		return "pass", nil
+	}
+	return "", fmt.Errorf("%s: %w", n, errUnknownOp)
+}
+
+// checkTopo compares a running rule's topology with the definition the
+// check approved: one source, only node kinds that pass rows on as they come
+// (windows only when the approved SQL has one), and a sink for each of the
+// approved actions and no other.
+func checkTopo(def ruleDef, t topoDef) error {
+	fail := func(format string, args ...any) error {
+		return &RuleError{Rule: def.ID, Reason: fmt.Sprintf(format, args...)}
+	}
+	if len(t.Sources) != 1 {
+		return fail("the running rule has %d sources, not one", len(t.Sources))
+	}
+	want := map[string]bool{}
+	for i, a := range def.Actions {
+		for kind := range a {
+			want[fmt.Sprintf("sink_%s_%d", kind, i)] = true
+		}
+	}
+	windows := len(windowCalls(sqlTokens(def.SQL))) > 0
+	sinks := 0
+	for _, n := range t.nodes() {
+		k, err := nodeKind(n, t.Sources)
+		if err != nil {
+			return fail("the running rule has a node that could hold rows the ack-mode sink cannot see (%v): no batchSize/lingerInterval on acking actions, no interval on the stream, no joins or event time", err)
+		}
+		switch k {
+		case "window":
+			if !windows {
+				return fail("the running rule has a window (%s) that the checked definition does not: was the rule updated while starting?", n)
+			}
+		case "sink":
+			if !want[n] {
+				return fail("the running rule has a sink %s that the checked definition does not: was the rule updated while starting?", n)
+			}
+			sinks++
+		}
+	}
+	if sinks != len(want) {
+		return fail("the running rule has %d sinks, the checked definition %d: was the rule updated while starting?", sinks, len(want))
+	}
+	return nil
+}
+
+// holdsRows reports whether a node holds rows in its state (a window), or
+// is of a kind not known to pass them on: the idle check cannot see them.
+func holdsRows(n string, sources []string) bool {
+	k, err := nodeKind(n, sources)
+	return err != nil || k == "window"
+}
 
 // metric sums a node's metric over its instances in a status document.
 func metric(st map[string]any, node, name string) (float64, bool) {
@@ -104,7 +199,7 @@ func drained(t topoDef, st map[string]any, ingested int64) (bool, string) {
 		return v, nil
 	}
 	for _, n := range t.nodes() {
-		if statefulNode.MatchString(n) {
+		if holdsRows(n, t.Sources) {
 			return false, n + " holds rows"
 		}
 		if b, err := get(n, "buffer_length"); err != nil || b != 0 {
@@ -187,7 +282,7 @@ func (s *source) settleIdleLoop(ctx context.Context, sctx api.StreamContext, led
 			}
 			if len(td.Sources) != 1 || func() bool {
 				for _, n := range td.nodes() {
-					if statefulNode.MatchString(n) {
+					if holdsRows(n, td.Sources) {
 						return true
 					}
 				}
@@ -201,7 +296,10 @@ func (s *source) settleIdleLoop(ctx context.Context, sctx api.StreamContext, led
 		// node hands a row from its worker to its sender after counting it
 		// processed (eKuiper's ordered workers), so one snapshot could miss a
 		// row in that hand-over; the second would see it moved on.
-		first, ok := s.drainedSnapshot(ctx, sctx, base, *topo, n)
+		// The source node counts rows, the ledger gives out seqs from its
+		// base: the rows ingested are n less the base.
+		count := n - led.base()
+		first, ok := s.drainedSnapshot(ctx, sctx, base, *topo, count)
 		if !ok {
 			continue
 		}
@@ -210,7 +308,7 @@ func (s *source) settleIdleLoop(ctx context.Context, sctx api.StreamContext, led
 			return
 		case <-time.After(max(interval/10, 50*time.Millisecond)):
 		}
-		second, ok := s.drainedSnapshot(ctx, sctx, base, *topo, n)
+		second, ok := s.drainedSnapshot(ctx, sctx, base, *topo, count)
 		if !ok || !equalCounters(first, second) {
 			continue
 		}

@@ -28,15 +28,27 @@ type ledger struct {
 	mu     sync.Mutex
 	acker  ackerLike // the source's; nil while no source is attached
 	source any       // the attached source, to detach only itself
-	next   int64
-	rows   []pendingRow // ascending seq
+	// first is the seq before the run's first row, next its last row's:
+	// the run gives out first+1..next. first comes from the clock (and is
+	// above any seq this process gave out before), so that a row of an
+	// earlier run, of this process or another, carries a seq outside them.
+	first, next int64
+	rows        []pendingRow // ascending seq
 	// expected is how many acking sinks the rule has; marks holds the
 	// highest seq each one delivered. Until every expected sink reported
 	// once, nothing is acked.
 	expected int
 	marks    map[string]int64
 	now      func() time.Time
+	// poisoned: a sink reported a seq this run never gave out (a row of an
+	// earlier run): progress can no longer be trusted, and the run acks
+	// nothing more; its messages come back.
+	poisoned error
 }
+
+// ErrForeignSeq: a sink delivered a row whose rocketmq_seq this run of the
+// rule never gave out (restored state of an earlier run, a cached row).
+var ErrForeignSeq = errors.New("rocketmq: a delivered row carries a " + MetaSeq + " this run of the rule never gave out (a row of an earlier run?): the run acks nothing more, its messages come back")
 
 // ackerLike is what a ledger needs of rmqflow's Acker (a fake in unit tests).
 type ackerLike interface {
@@ -103,9 +115,23 @@ func ledgerOf(k ledgerKey) *ledger {
 	l := ledgers.m[k]
 	if l == nil {
 		l = &ledger{key: k, marks: map[string]int64{}, now: time.Now}
+		l.first = seqBase()
+		l.next = l.first
 		ledgers.m[k] = l
 	}
 	return l
+}
+
+// seqHigh is the highest seq base handed out in this process.
+var seqHigh int64
+
+// seqBase is where a new run's seqs start: the clock in microseconds, but
+// above every base before it (plus room for 2^32 rows each). Called under
+// ledgers' lock.
+func seqBase() int64 {
+	b := max(time.Now().UnixMicro(), seqHigh+1<<32)
+	seqHigh = b
+	return b
 }
 
 // forget drops the ledger of k from the registry once nothing uses it.
@@ -231,6 +257,14 @@ func (l *ledger) takeLocked(drop func(pendingRow) bool) []*heldMsg {
 // failed ack leaves its message to come back (a duplicate, not a loss).
 func (l *ledger) delivered(ctx context.Context, sink string, seq int64) error {
 	l.mu.Lock()
+	if (seq > l.next || seq <= l.first) && l.poisoned == nil {
+		l.poisoned = fmt.Errorf("rule %s: sink %s delivered seq %d, the run gave out %d..%d: %w", l.key, sink, seq, l.first+1, l.next, ErrForeignSeq)
+	}
+	if err := l.poisoned; err != nil {
+		l.mu.Unlock()
+		l.failed(l.ingested())
+		return err
+	}
 	if seq > l.marks[sink] {
 		l.marks[sink] = seq
 	}
@@ -274,6 +308,17 @@ func (l *ledger) failed(seq int64) int {
 	return len(back)
 }
 
+// poison makes the run ack nothing more, for err: every message pending and
+// every one ingested later is left to come back.
+func (l *ledger) poison(err error) {
+	l.mu.Lock()
+	if l.poisoned == nil {
+		l.poisoned = err
+	}
+	l.mu.Unlock()
+	l.failed(l.ingested())
+}
+
 // pending is how many messages wait to be settled (tests, status).
 func (l *ledger) pending() int {
 	l.mu.Lock()
@@ -292,6 +337,13 @@ func (l *ledger) hasSource() bool {
 	return l.source != nil
 }
 
+// base is the seq before the run's first row.
+func (l *ledger) base() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first
+}
+
 // ingested is the seq of the run's last ingested row.
 func (l *ledger) ingested() int64 {
 	l.mu.Lock()
@@ -304,6 +356,11 @@ func (l *ledger) ingested() int64 {
 // or dropped) while nothing else was ingested (idle.go).
 func (l *ledger) settleIdle(ctx context.Context, seq int64) (int, error) {
 	l.mu.Lock()
+	if err := l.poisoned; err != nil {
+		l.mu.Unlock()
+		l.failed(seq)
+		return 0, err
+	}
 	done := l.takeLocked(func(r pendingRow) bool { return r.seq <= seq })
 	acker := l.acker
 	l.mu.Unlock()

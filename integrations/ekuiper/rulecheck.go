@@ -10,9 +10,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"regexp"
+	"reflect"
 	"strings"
 	"time"
+	"unicode"
+
+	"github.com/lf-edge/ekuiper/contract/v2/api"
 )
 
 // RuleError is a rule that the rocketmq source refuses to run in ack-mode
@@ -38,13 +41,137 @@ type ruleDef struct {
 		Concurrency              int  `json:"concurrency"`
 		SendMetaToSink           bool `json:"sendMetaToSink"`
 		DisableBufferFullDiscard bool `json:"disableBufferFullDiscard"`
+		Qos                      int  `json:"qos"`
 	} `json:"options"`
 }
 
-var (
-	overlapping = regexp.MustCompile(`(?i)\b(hoppingwindow|slidingwindow)\s*\(|\bcountwindow\s*\(\s*\d+\s*,`)
-	seqColumn   = regexp.MustCompile(`(?i)\b` + MetaSeq + `\b`)
-)
+// sqlTokens splits a rule's SQL the way eKuiper's scanner reads it, enough
+// for the checks below: identifiers in lower case (backquotes taken off),
+// each string literal as a single "'" token, comments ("-- ..." to the end of
+// the line, "/* ... */") left out, any other character its own token.
+func sqlTokens(sql string) []string {
+	var out []string
+	r := []rune(sql)
+	skipSpace := func(i int) int {
+		for i < len(r) && unicode.IsSpace(r[i]) {
+			i++
+		}
+		return i
+	}
+	for i := 0; i < len(r); {
+		c := r[i]
+		switch {
+		case unicode.IsSpace(c):
+			i++
+		case unicode.IsLetter(c) || c == '_':
+			j := i
+			for j < len(r) && (unicode.IsLetter(r[j]) || unicode.IsDigit(r[j]) || r[j] == '_') {
+				j++
+			}
+			out = append(out, strings.ToLower(string(r[i:j])))
+			i = j
+		case c == '`':
+			j := i + 1
+			for j < len(r) && r[j] != '`' {
+				j++
+			}
+			out = append(out, strings.ToLower(string(r[i+1:min(j, len(r))])))
+			i = j + 1
+		case c == '"' || c == '\'':
+			j := i + 1
+			for j < len(r) && r[j] != c {
+				if r[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			out = append(out, "'")
+			i = j + 1
+		case c == '-' || c == '/':
+			// eKuiper allows blanks between the two characters of "--" and "/*".
+			j := skipSpace(i + 1)
+			switch {
+			case c == '-' && j < len(r) && r[j] == '-':
+				for j < len(r) && r[j] != '\n' {
+					j++
+				}
+				i = j
+			case c == '/' && j < len(r) && r[j] == '*':
+				j++
+				for j < len(r) && (r[j] != '*' || j+1 >= len(r) || r[j+1] != '/') {
+					j++
+				}
+				i = j + 2
+			default:
+				out = append(out, string(c))
+				i++
+			}
+		default:
+			out = append(out, string(c))
+			i++
+		}
+	}
+	return out
+}
+
+// windowCalls finds the window functions a rule's SQL calls, each with its
+// number of arguments.
+func windowCalls(toks []string) map[string]int {
+	calls := map[string]int{}
+	for i := 0; i+1 < len(toks); i++ {
+		if !strings.HasSuffix(toks[i], "window") || toks[i+1] != "(" {
+			continue
+		}
+		args, depth := 1, 0
+		for j := i + 2; j < len(toks); j++ {
+			switch toks[j] {
+			case "(":
+				depth++
+			case ")":
+				depth--
+			case ",":
+				if depth == 0 {
+					args++
+				}
+			}
+			if depth < 0 {
+				break
+			}
+		}
+		if i+2 < len(toks) && toks[i+2] == ")" {
+			args = 0
+		}
+		calls[toks[i]] = max(calls[toks[i]], args)
+	}
+	return calls
+}
+
+// selectsSeq reports whether the SQL names a column rocketmq_seq ("AS
+// rocketmq_seq").
+func selectsSeq(toks []string) bool {
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i] == "as" && toks[i+1] == MetaSeq {
+			return true
+		}
+	}
+	return false
+}
+
+// ackingAction reports whether an action acks: rocketmq_ack, or rocketmq
+// unless its "ack" is false (read as the sink reads it).
+func ackingAction(kind string, props map[string]any) bool {
+	switch kind {
+	case "rocketmq_ack":
+		return true
+	case "rocketmq":
+		p := newProps(props)
+		if _, set := p.m["ack"]; set {
+			return p.boolean("ack") || p.err != nil
+		}
+		return true
+	}
+	return false
+}
 
 // checkRule reads the rule's definition and returns how many acking sinks it
 // has, or a *RuleError naming what would let it lose rows.
@@ -62,26 +189,44 @@ func checkRule(r ruleDef) (int, error) {
 	if o.IsEventTime {
 		return fail(`event-time windows ("isEventTime": true) reorder rows; use processing time`)
 	}
-	if m := overlapping.FindString(r.SQL); m != "" {
-		return fail("%s...: overlapping windows reuse rows after their first result; use TUMBLINGWINDOW, SESSIONWINDOW or COUNTWINDOW(n)", strings.TrimSpace(m))
+	if o.Qos > 0 {
+		return fail(`the rule option "qos" must be 0: a checkpoint restores rows of an earlier run, whose seqs this run's ledger does not know`)
 	}
-	if !o.SendMetaToSink && !seqColumn.MatchString(r.SQL) {
+	toks := sqlTokens(r.SQL)
+	for name, args := range windowCalls(toks) {
+		switch {
+		case name == "tumblingwindow" || name == "sessionwindow" || name == "statewindow":
+		case name == "countwindow" && args <= 1:
+		case name == "countwindow":
+			return fail("COUNTWINDOW with an interval overlaps: its windows reuse rows after their first result; use COUNTWINDOW(n)")
+		case name == "hoppingwindow" || name == "slidingwindow":
+			return fail("%s: overlapping windows reuse rows after their first result; use TUMBLINGWINDOW, SESSIONWINDOW or COUNTWINDOW(n)", strings.ToUpper(name))
+		default:
+			return fail("%s: not a window kind the check knows; use TUMBLINGWINDOW, SESSIONWINDOW or COUNTWINDOW(n)", strings.ToUpper(name))
+		}
+	}
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i] == "dedup_trigger" && toks[i+1] == "(" {
+			return fail("DEDUP_TRIGGER holds rows in its state where the ack-mode checks cannot see them")
+		}
+	}
+	if !o.SendMetaToSink && !selectsSeq(toks) {
 		return fail("the rows must carry %s: select meta(%s) AS %s (max(meta(%s)) AS %s in a window), or set the rule option \"sendMetaToSink\": true",
 			MetaSeq, MetaSeq, MetaSeq, MetaSeq, MetaSeq)
 	}
 	n := 0
-	for _, a := range r.Actions {
+	for i, a := range r.Actions {
 		for kind, v := range a {
 			props, _ := v.(map[string]any)
-			switch kind {
-			case "rocketmq":
-				if ack, set := props["ack"]; set && (ack == false || ack == "false") {
-					continue
-				}
-				n++
-			case "rocketmq_ack":
-				n++
+			if !ackingAction(kind, props) {
+				continue
 			}
+			p := newProps(props)
+			ackingActionKeys(p)
+			if p.err != nil {
+				return fail("action %d (%s): %v", i, kind, p.err)
+			}
+			n++
 		}
 	}
 	if n == 0 {
@@ -163,4 +308,81 @@ func getRule(ctx context.Context, u string) (ruleDef, error) {
 		return ruleDef{}, &permanentError{fmt.Errorf("rocketmq: GET %s: %w", u, err)}
 	}
 	return r, nil
+}
+
+// confirmRule checks that the rule running is the one checkRule approved:
+// eKuiper (v2.4.0) starts an updated rule before it stores the new
+// definition, so GET /rules/{id} may still give the old one. The running
+// topology must match def (checkTopo), and the stored definition read again
+// after it must equal def; else the rule fails, and its restart reads the
+// stored definition again.
+func confirmRule(ctx context.Context, def ruleDef) error {
+	u := ruleAPI() + "/rules/" + url.PathEscape(def.ID) + "/topo"
+	var t topoDef
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := getJSON(ctx, u, &t)
+		if err == nil && len(t.Sources) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rocketmq: reading the topology of rule %s: %v", def.ID, err)
+		case <-time.After(wait):
+		}
+	}
+	if err := checkTopo(def, t); err != nil {
+		return err
+	}
+	again, err := fetchRule(ctx, def.ID)
+	if err != nil {
+		return err
+	}
+	if !reflect.DeepEqual(again, def) {
+		return &RuleError{Rule: def.ID, Reason: "the rule's stored definition changed while it started (an update): starting again"}
+	}
+	return nil
+}
+
+// defWatchTimes are the delays after which a running rule's stored
+// definition is read again (the last one repeats).
+var defWatchTimes = []time.Duration{2 * time.Second, 10 * time.Second, 30 * time.Second}
+
+// watchRule reads the rule's stored definition again while the run lasts:
+// an update whose definition eKuiper stored only after this run's check
+// (confirmRule read the old one twice) shows as a definition that differs
+// from the checked one. Then the run's ledger acks nothing more (its
+// messages come back) and the rule is restarted, so that the check runs on
+// what is stored now.
+func watchRule(ctx context.Context, sctx api.StreamContext, def ruleDef, led *ledger, times []time.Duration) {
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(times[min(i, len(times)-1)]):
+		}
+		var now ruleDef
+		if err := getJSON(ctx, ruleAPI()+"/rules/"+url.PathEscape(def.ID), &now); err != nil {
+			sctx.GetLogger().Debugf("rocketmq source: re-reading rule %s: %v", def.ID, err)
+			continue
+		}
+		if reflect.DeepEqual(now, def) {
+			continue
+		}
+		err := &RuleError{Rule: def.ID, Reason: "the rule's stored definition is no longer the one checked (updated while starting): this run acks nothing more, and the rule is restarted"}
+		led.poison(err)
+		sctx.GetLogger().Errorf("%v", err)
+		// Not waited for: the restart stops this run, which waits for this
+		// goroutine.
+		go func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(rctx, http.MethodPost, ruleAPI()+"/rules/"+url.PathEscape(def.ID)+"/restart", nil)
+			if resp, err := http.DefaultClient.Do(req); err != nil {
+				sctx.GetLogger().Errorf("rocketmq source: restarting rule %s: %v", def.ID, err)
+			} else {
+				resp.Body.Close()
+			}
+		}()
+		return
+	}
 }

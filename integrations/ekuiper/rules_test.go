@@ -1,6 +1,7 @@
 package rmqkuiper_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -481,12 +482,31 @@ func TestUnsafeRuleRefused(t *testing.T) {
 	srv.stream("s", tg.in, "test")
 	srv.rule("unsafe", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", []map[string]any{tg.sinkAction(nil)},
 		map[string]any{"bufferLength": 1024})
+	// A sink-side batching node (it counts held rows processed), and an
+	// overlapping window hidden from a text search by a comment.
+	// (eKuiper provisions the sinks when the rule is created: refused then.)
+	b, _ := json.Marshal(map[string]any{"id": "batched", "sql": "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s",
+		"actions": []map[string]any{tg.sinkAction(map[string]any{"batchSize": 10, "lingerInterval": 1000})},
+		"options": map[string]any{"disableBufferFullDiscard": true}})
+	resp, err := http.Post("http://"+srv.addr+"/rules", "application/json", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 == 2 || !strings.Contains(string(body), "batchSize") {
+		t.Fatalf("a rule with batchSize on an acking action: %s %s", resp.Status, body)
+	}
+	srv.rule("hopping", "SELECT count(*) AS c, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)",
+		[]map[string]any{tg.sinkAction(nil)}, nil)
 	tg.send(t, []map[string]any{{"n": 1}}, func(int) string { return tg.lite(0) })
-	eventually(t, 30*time.Second, "the rule refused, naming the option", func() (bool, string) {
-		st := srv.status("unsafe")
-		b, _ := json.Marshal(st)
-		return strings.Contains(string(b), "disableBufferFullDiscard") && st["status"] != "running", string(b)
-	})
+	for id, want := range map[string]string{"unsafe": "disableBufferFullDiscard", "hopping": "HOPPINGWINDOW"} {
+		eventually(t, 30*time.Second, "rule "+id+" refused, naming "+want, func() (bool, string) {
+			st := srv.status(id)
+			b, _ := json.Marshal(st)
+			return strings.Contains(string(b), want) && st["status"] != "running", string(b)
+		})
+	}
 	if c := f.Stats().Groups["in-g"].Counts; c.InFlight != 0 || c.Acked != 0 {
 		t.Fatalf("the refused rule received messages: %+v", c)
 	}
@@ -507,5 +527,65 @@ func TestRESTPortTaken(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), l.Addr().String()) {
 		t.Fatalf("exit %v, output %q; want exit 1 naming %s", err, out, l.Addr())
+	}
+}
+
+// TestStartRefusals: rmqflow-sql refuses to start (exit 1, naming the
+// setting) on a REST address without a host (it would bind every
+// interface) and on an environment that changes the rule defaults the
+// ack-mode sink check relies on (qos, isEventTime, concurrency).
+func TestStartRefusals(t *testing.T) {
+	for _, env := range [][]string{
+		{"RMQFLOW_SQL_REST=:" + portOf(freeAddr(t))},
+		{"KUIPER__RULE__QOS=1"},
+		{"kuiper__rule__isEventTime=true"},
+		{"KUIPER__RULE__CONCURRENCY=4"},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary) // a server that starts is killed
+		cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+t.TempDir(), "RMQFLOW_SQL_REST="+freeAddr(t))
+		cmd.Env = append(cmd.Env, env...)
+		name, _, _ := strings.Cut(env[0], "=")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), name) {
+			t.Errorf("%v: exit %v, output %q; want exit 1 naming %s", env, err, out, name)
+		}
+	}
+}
+
+// TestUpdatedRuleChecked: a running rule updated (PUT) to an unsafe shape
+// is refused, whether its restart read the old definition (eKuiper v2.4.0
+// starts the updated rule before storing it: the running topology then has
+// a window the checked SQL has not) or the new one; nothing is acked.
+func TestUpdatedRuleChecked(t *testing.T) {
+	t.Parallel()
+	f := rmqfake.NewForTest(t)
+	tg := &target{endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", fake: f, run: "u"}
+	if err := f.CreateTopic("in", rmqfake.TopicLite); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CreateGroup("in-g", rmqfake.LiteBind("in"), rmqfake.Wildcard()); err != nil {
+		t.Fatal(err)
+	}
+	srv := startOn(t, tg, "")
+	srv.stream("s", tg.in, "test")
+	srv.rule("upd", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", []map[string]any{tg.sinkAction(map[string]any{"topic": "nowhere"})}, nil)
+	srv.waitRunning("upd")
+	srv.call(http.MethodPut, "/rules/upd", map[string]any{"id": "upd",
+		"sql":     "SELECT count(*) AS c, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW(ss, 10, 5)",
+		"actions": []map[string]any{tg.sinkAction(map[string]any{"topic": "nowhere"})}, "options": map[string]any{"disableBufferFullDiscard": true}})
+	eventually(t, 30*time.Second, "the updated rule refused", func() (bool, string) {
+		st := srv.status("upd")
+		b, _ := json.Marshal(st)
+		return (strings.Contains(string(b), "HOPPINGWINDOW") || strings.Contains(string(b), "updated while starting")) && st["status"] != "running", string(b)
+	})
+	st, _ := json.Marshal(srv.status("upd"))
+	t.Logf("status: %s", st)
+	tg.send(t, []map[string]any{{"n": 1}}, func(int) string { return tg.lite(0) })
+	time.Sleep(time.Second)
+	if c := f.Stats().Groups["in-g"].Counts; c.Acked != 0 {
+		t.Fatalf("the refused rule acked: %+v", c)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/lf-edge/ekuiper/contract/v2/api"
 
@@ -88,6 +90,47 @@ func ackingActionKeys(p *props) {
 	if p.integer("concurrency") > 1 {
 		p.fail("concurrency", "an acking sink reports its progress in order: leave concurrency at 1")
 	}
+	// eKuiper puts a batching node before a sink with batchSize or
+	// lingerInterval; it counts the rows it holds as processed, so the idle
+	// check would take them for dropped and ack them.
+	if p.integer("batchSize") > 0 {
+		p.fail("batchSize", "an acking sink takes each result as it comes (a batching node holds rows the idle check cannot see): leave batchSize unset")
+	}
+	if v, ok := p.get("lingerInterval"); ok && !zeroValue(v) {
+		p.fail("lingerInterval", "an acking sink takes each result as it comes (a batching node holds rows the idle check cannot see): leave lingerInterval unset")
+	}
+	// The rows must keep rocketmq_seq on their way into the sink.
+	for _, k := range []string{"dataTemplate", "dataField"} {
+		if p.str(k) != "" {
+			p.fail(k, "an acking sink needs %s in every row, which %s would drop: shape the rows in the SQL instead", MetaSeq, k)
+		}
+	}
+	if f := p.strings("fields"); len(f) > 0 && !slices.Contains(f, MetaSeq) {
+		p.fail("fields", "an acking sink needs %s in every row: list it in fields", MetaSeq)
+	}
+}
+
+// zeroValue reports whether an option's value is unset in effect: nil, 0,
+// "", "0" or a zero duration.
+func zeroValue(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case float64:
+		return x == 0
+	case int:
+		return x == 0
+	case int64:
+		return x == 0
+	case string:
+		x = strings.TrimSpace(x)
+		if x == "" || x == "0" {
+			return true
+		}
+		d, err := time.ParseDuration(x)
+		return err == nil && d == 0
+	}
+	return false
 }
 
 // sink is the eKuiper sink "rocketmq": each row becomes a message (its
@@ -286,10 +329,17 @@ func (a *ackPart) settle(ctx context.Context, rows []map[string]any, failure err
 		}
 	}
 	if top < 0 {
-		if failure == nil && len(rows) > 0 && a.led.hasSource() {
+		if failure != nil {
+			// A failed call that names no seq: which rows it covered is
+			// unknown, so every row the run ingested so far is left to come
+			// back, lest the idle check or a later delivery ack them.
+			a.led.failed(a.led.ingested())
+			return failure
+		}
+		if len(rows) > 0 && a.led.hasSource() {
 			return fmt.Errorf("rocketmq: %w", errNoSeq)
 		}
-		return failure
+		return nil
 	}
 	if failure != nil {
 		a.led.failed(top)

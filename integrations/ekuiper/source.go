@@ -124,6 +124,21 @@ func parseSource(m map[string]any) (sourceConf, []string, error) {
 	default:
 		p.fail("ack-mode", "want sink, ingest or external, got %q", c.ackMode)
 	}
+	if c.ackMode == AckSink {
+		// eKuiper puts a rate-limiting node after a source with interval: it
+		// holds the latest row, counted as processed, where the idle check
+		// cannot see it.
+		if v, ok := p.m["interval"]; ok && !zeroValue(v) {
+			p.fail("interval", "ack-mode sink takes each message as it comes (a rate limiter holds rows the ack check cannot see): leave interval unset")
+		}
+		// payloadFormat/payloadField make several rows of one decoded row,
+		// all with its one rocketmq_seq.
+		for _, k := range []string{"payloadFormat", "payloadField"} {
+			if v, ok := p.m[k]; ok && !zeroValue(v) {
+				p.fail(k, "ack-mode sink gives each row its own %s, which %s would share among several rows: leave it unset", MetaSeq, k)
+			}
+		}
+	}
 	c.maxAge = p.duration("pending-max-age")
 	if c.maxAge == 0 {
 		c.maxAge = DefaultPendingMaxAge
@@ -166,7 +181,8 @@ type source struct {
 	mu     sync.Mutex
 	sess   *session
 	led    *ledger
-	sinks  int // the rule's acking sinks (ack-mode sink)
+	sinks  int     // the rule's acking sinks (ack-mode sink)
+	def    ruleDef // the definition the rule check approved (ack-mode sink)
 	sch    api.StatusChangeHandler
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -221,7 +237,13 @@ func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) err
 		if err != nil {
 			return fail(err)
 		}
-		s.sinks = n
+		cctx, cancel = context.WithTimeout(ctx, ruleCheckTimeout)
+		err = confirmRule(cctx, def)
+		cancel()
+		if err != nil {
+			return fail(err)
+		}
+		s.sinks, s.def = n, def
 	}
 	sess, err := s.open(ctx)
 	if err != nil {
@@ -304,6 +326,14 @@ func (s *source) run(ctx context.Context, sctx api.StreamContext, ingest api.Byt
 			s.settleIdleLoop(ctx, sctx, led, s.conf.idleAck)
 		}()
 		defer func() { <-idleDone }()
+	}
+	if led != nil {
+		watchDone := make(chan struct{})
+		go func() {
+			defer close(watchDone)
+			watchRule(ctx, sctx, s.def, led, defWatchTimes)
+		}()
+		defer func() { <-watchDone }()
 	}
 	for {
 		m, err := sess.src.Next(ctx)

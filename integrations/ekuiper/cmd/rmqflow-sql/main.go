@@ -3,7 +3,7 @@
 // compiled in: streaming SQL over RocketMQ 5 lite topics, with acks that
 // follow the rule's deliveries (docs/sql.md).
 //
-//	go run -tags core ./integrations/ekuiper/cmd/rmqflow-sql
+//	go run -C integrations/ekuiper -tags core ./cmd/rmqflow-sql
 //
 // It keeps its configuration, rules and logs in $RMQFLOW_SQL_HOME (default
 // ~/.rmqflow-sql), creating it on first start, and serves eKuiper's REST API
@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/lf-edge/ekuiper/v2/cmd"
 
@@ -36,8 +37,11 @@ Environment:
                      created with etc/kuiper.yaml and etc/sources/rocketmq.yaml
                      on first start)
   RMQFLOW_SQL_REST   the REST API's host:port (default 127.0.0.1:9081; it
-                     sets KUIPER__BASIC__RESTIP and ...RESTPORT)
-  KUIPER__...        any eKuiper setting, as eKuiper reads it
+                     sets KUIPER__BASIC__RESTIP and ...RESTPORT; the host
+                     is required)
+  KUIPER__...        any eKuiper setting, as eKuiper reads it, but for
+                     KUIPER__RULE__QOS (0), ...ISEVENTTIME (false) and
+                     ...CONCURRENCY (1), which rmqflow-sql sets
 
 Create a stream and a rule with curl (see docs/sql.md):
   curl -X POST 127.0.0.1:9081/streams -d '{"sql":"CREATE STREAM agents () WITH (TYPE=\"rocketmq\", DATASOURCE=\"agents\", FORMAT=\"JSON\", CONF_KEY=\"default\")"}'
@@ -110,7 +114,26 @@ func prepare() error {
 		if _, err := strconv.Atoi(p); err != nil {
 			return fmt.Errorf("RMQFLOW_SQL_REST=%q: the port is not a number", rest)
 		}
+		if h == "" {
+			// ":9081" would bind every interface.
+			return fmt.Errorf("RMQFLOW_SQL_REST=%q: give the host too (127.0.0.1:%s, or 0.0.0.0:%s to listen on every interface)", rest, p, p)
+		}
 		host, port = h, p
+	}
+	// The rule defaults the ack-mode sink check cannot see (it reads each
+	// rule's own options): a checkpoint (qos) restores rows of an earlier
+	// run, event time reorders rows, concurrency too. They are forced over
+	// kuiper.yaml, and an environment that asks otherwise is refused.
+	for _, kv := range os.Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		if want, ok := forcedRule[strings.ToUpper(k)]; ok && !strings.EqualFold(strings.TrimSpace(v), want) {
+			return fmt.Errorf("%s=%s: rmqflow-sql keeps the rule default %s (a rule reading a rocketmq stream in ack-mode sink must not use it; see docs/sql.md)", k, v, want)
+		}
+	}
+	for k, v := range forcedRule {
+		if err := os.Setenv(k, v); err != nil {
+			return err
+		}
 	}
 	// eKuiper panics in a goroutine (exit 2) when its REST port is taken:
 	// find out first, and say so.
@@ -137,6 +160,13 @@ func prepare() error {
 		}
 	}
 	return nil
+}
+
+// forcedRule are the rule defaults rmqflow-sql sets over kuiper.yaml.
+var forcedRule = map[string]string{
+	"KUIPER__RULE__QOS":         "0",
+	"KUIPER__RULE__ISEVENTTIME": "false",
+	"KUIPER__RULE__CONCURRENCY": "1",
 }
 
 // writeOnce writes the file made by content unless it exists.
@@ -179,7 +209,9 @@ basic:
   enablePrivateNet: false
   gracefulShutdownTimeout: 10s
   aesKey: %s
-# Rule defaults. A rule reading a rocketmq stream whose sinks ack must set
+# Rule defaults. rmqflow-sql forces qos 0, isEventTime false and
+# concurrency 1 whatever this file says (KUIPER__RULE__* in its environment).
+# A rule reading a rocketmq stream whose sinks ack must set
 # "disableBufferFullDiscard": true itself (eKuiper does not take it from
 # here). sendError false: an SQL error drops its row (see docs/sql.md);
 # restartStrategy: a rule stopped by an error (a failed connect) starts again
