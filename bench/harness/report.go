@@ -302,7 +302,7 @@ func (b *bench) openTable(w io.Writer) {
 
 func (b *bench) hotTable(w io.Writer) {
 	fmt.Fprintf(w, "## (c) Hot tenant\n\n")
-	fmt.Fprint(w, "99 cold lite topics at 30 msgs/s each; *hot* adds one lite topic at 300 msgs/s (10× a cold one, and more than the 200 msgs/s one lite topic can do with a 5 ms handler one message at a time); the Runner has 32 workers and a 5 ms handler. Latency is produce → ack. A hot run's peer goes on after the load ends, until the hot topic's backlog is worked off or its window guard ends (the hot topic is run one message at a time, each after the previous one's ack is answered): so the table gives the acks counted on cold and on hot lite topics, not a rate.\n\n")
+	fmt.Fprintf(w, "99 cold lite topics at %.0f msgs/s each; *hot* adds one lite topic at %.0f msgs/s (10× a cold one, and more than the %.0f msgs/s one lite topic can do with a %v handler one message at a time); the Runner has 32 workers and a %v handler. Latency is produce → ack. A hot run's peer goes on after the load ends, until the hot topic's backlog is worked off or its window guard ends (the hot topic is run one message at a time, each after the previous one's ack is answered): so the table gives the acks counted on cold and on hot lite topics, not a rate.\n\n", hotColdRate, 10*hotColdRate, float64(time.Second/hotHandler), hotHandler, hotHandler)
 	fmt.Fprintln(w, "| peer | load | rep | cold acked | hot acked | cold e2e p99 ms | hot e2e p99 ms | cold p99 vs no-hot run (same rep) | change RPCs/msg |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range b.runs {
