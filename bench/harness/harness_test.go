@@ -250,3 +250,34 @@ func TestBenchMetric(t *testing.T) {
 		}
 	}
 }
+
+// An open run offers a fraction of what the broker can both take and serve:
+// the peer's drained rate and the backlog producer's rate, combined as two
+// loads on one broker (1/(1/drained + 1/produced)); a drain run recorded
+// before the producer's rate was (Produced 0) counts for the drained rate only.
+func TestOpenCapacityCombinesDrainAndProduce(t *testing.T) {
+	b := &bench{}
+	for _, c := range []struct {
+		rate, produced int
+	}{{6000, 2000}, {6000, 0}, {4000, 3000}} {
+		r := fakeRun(scDrain, "rmqflow/loop", "lite", 4, c.rate, 1)
+		r.Produced = float64(c.produced)
+		b.runs = append(b.runs, r)
+	}
+	other := fakeRun(scDrain, "raw/raw", "lite", 4, 9000, 1)
+	other.Produced = 1000 // another peer's backlog: the producer's rate is the mode's
+	b.runs = append(b.runs, other)
+	p, _ := findPeer("rmqflow/loop")
+	// drained median 6,000; produced median of 2,000, 3,000, 1,000 = 2,000
+	if got, want := b.capacity(p, "lite", 4), 1/(1/6000.0+1/2000.0); math.Abs(got-want) > 1e-9 {
+		t.Errorf("capacity = %.1f, want %.1f", got, want)
+	}
+	// no producer rate recorded: the drained rate alone
+	b.runs = b.runs[1:2]
+	if got := b.capacity(p, "lite", 4); got != 6000 {
+		t.Errorf("capacity without a producer rate = %.1f, want 6000", got)
+	}
+	if got := b.capacity(p, "normal", 4); got != 0 {
+		t.Errorf("capacity with no drain run = %.1f, want 0", got)
+	}
+}

@@ -444,7 +444,7 @@ func (b *bench) recordLine(r *run) []byte {
 	line, _ := json.Marshal(map[string]any{
 		"scenario": r.Scenario, "peer": r.Peer.Name(), "mode": r.Mode, "concurrency": r.Concurrency, "rep": r.Rep,
 		"lite_topics": r.LiteTopics, "offered": r.Offered, "shape": r.Shape, "handler_delay": r.HandlerDelay.String(),
-		"invisible": r.Invisible.String(), "id": r.ID, "pos_in_batch": r.Pos, "producer_lag": r.Lag.String(), "broker_cpu_seconds": r.Broker,
+		"invisible": r.Invisible.String(), "id": r.ID, "pos_in_batch": r.Pos, "producer_lag": r.Lag.String(), "backlog_produced_per_s": r.Produced, "broker_cpu_seconds": r.Broker,
 		"broker_baseline_cpu_per_second": r.BrokerBase, "broker_settle": r.Settle.String(), "result": r.Result, "log": r.LogPath,
 	})
 	return line

@@ -102,6 +102,7 @@ type run struct {
 	Backlog      *backlog      // drain: the backlog it reads (shared by the runs of a batch)
 	Pos          int           // drain: its place in the batch's random order (1 = first on the backlog)
 	Lag          time.Duration // open loop: the producer's worst lag behind its schedule
+	Produced     float64       // drain: the rate (msgs/s) its backlog was produced at; 0 = not recorded
 	LoadError    string
 
 	ID, Topic, Group string // unique per run

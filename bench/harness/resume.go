@@ -139,6 +139,7 @@ type saved struct {
 	Peer       string  `json:"peer"`
 	Offered    float64 `json:"offered"`
 	Lag        string  `json:"producer_lag"`
+	Produced   float64 `json:"backlog_produced_per_s"`
 	Broker     float64 `json:"broker_cpu_seconds"`
 	BrokerBase float64 `json:"broker_baseline_cpu_per_second"`
 	Settle     string  `json:"broker_settle"`
@@ -184,6 +185,7 @@ func restore(s *step, prev map[string]saved) bool {
 	for _, r := range s.runs {
 		sv := prev[savedKey(r.ID, r.Peer.Name())]
 		r.Offered, r.Broker, r.BrokerBase, r.Result, r.LogPath = sv.Offered, sv.Broker, sv.BrokerBase, sv.Result, sv.Log
+		r.Produced = sv.Produced
 		r.Lag, _ = time.ParseDuration(sv.Lag)
 		r.Settle, _ = time.ParseDuration(sv.Settle)
 	}
