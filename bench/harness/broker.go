@@ -411,3 +411,42 @@ func cpuAt(s []cpuSample, t time.Time) float64 {
 	frac := float64(t.Sub(lo.at)) / float64(span)
 	return lo.cpu + frac*(hi.cpu-lo.cpu)
 }
+
+// drain reads topic's lite backlog through group with a Source and AckAsync
+// until n distinct messages were received, waits for their acks, and returns
+// how long that took. It is the broker's untimed warm-up (bench.warmBroker),
+// not a measurement.
+func (t *target) drain(ctx context.Context, topic, group string, n int) (time.Duration, error) {
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: t.connection(), FetchConcurrency: 4,
+		Lite: []rmqflow.LiteBinding{{Topic: topic, Group: group}}}, rmqflow.BytesDecoder())
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = src.Close(cctx)
+	}()
+	start := time.Now()
+	if err := src.Start(ctx); err != nil {
+		return 0, err
+	}
+	acker := src.Acker()
+	seen := make(map[string]bool, n)
+	futs := make([]*rmqflow.AckFuture, 0, n)
+	for len(seen) < n {
+		m, err := src.Next(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("%d of %d received: %w", len(seen), n, err)
+		}
+		seen[m.Meta.MessageID] = true
+		futs = append(futs, acker.AckAsync(ctx, m.Handle))
+	}
+	for _, f := range futs {
+		<-f.Done()
+		if err := f.Err(); err != nil {
+			return 0, fmt.Errorf("ack: %w", err)
+		}
+	}
+	return time.Since(start), nil
+}
