@@ -84,6 +84,7 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		"MaxMessageNum":            func(c *rmqflow.SourceConfig) { c.MaxMessageNum = -1 },
 		"RenewalAheadTime":         func(c *rmqflow.SourceConfig) { c.RenewalAheadTime = -time.Second },
 		"ReleaseInvisibleDuration": func(c *rmqflow.SourceConfig) { c.ReleaseInvisibleDuration = -time.Second },
+		"LiteRejoinAfter":          func(c *rmqflow.SourceConfig) { c.LiteRejoinAfter = 5 * time.Second },
 	}
 	for option, set := range source {
 		c := base

@@ -95,6 +95,19 @@ type SourceConfig struct {
 	// their lite topics) for ever. Default 30 min; Forever turns the cap
 	// off.
 	MaxQueueAge time.Duration
+	// LiteRejoinAfter is how long a wildcard lite binding's receives may
+	// come back empty before it re-joins its group (client.Session.Rejoin:
+	// COMPLETE_REMOVE, then COMPLETE_ADD), which makes the broker look for
+	// the group's lite backlog again. RocketMQ 5.5.0 looks only when a
+	// client joins or a message finds no client, and a client that joined
+	// while the broker's member list was stale (or while dead clients of
+	// the group still drew its events) can wait minutes for a backlog that
+	// is there (docs/broker-semantics.md). While nothing comes the wait
+	// doubles after each re-join, up to 5 min; a received message brings it
+	// back. Default 30 s, at least 10 s; negative: never. Bindings of exact lite topics
+	// never re-join. Each re-join costs the broker a pass over the main
+	// topic's lite topics.
+	LiteRejoinAfter time.Duration
 }
 
 // Forever, as MaxOutage or MaxQueueAge, turns the bound off.
@@ -104,6 +117,10 @@ const Forever time.Duration = 1<<63 - 1
 const (
 	DefaultMaxOutage   = 5 * time.Minute
 	DefaultMaxQueueAge = 30 * time.Minute
+	// DefaultLiteRejoinAfter is SourceConfig.LiteRejoinAfter's default;
+	// maxLiteRejoinAfter bounds its doubling.
+	DefaultLiteRejoinAfter = 30 * time.Second
+	maxLiteRejoinAfter     = 5 * time.Minute
 )
 
 func (c SourceConfig) withDefaults() SourceConfig {
@@ -127,6 +144,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.MaxQueueAge == 0 {
 		c.MaxQueueAge = DefaultMaxQueueAge
+	}
+	if c.LiteRejoinAfter == 0 {
+		c.LiteRejoinAfter = DefaultLiteRejoinAfter
 	}
 	c.Leases = c.Leases.withDefaults()
 	return c
@@ -187,6 +207,8 @@ func (c SourceConfig) validate() error {
 		return optionError("MaxOutage", "must not be negative (Forever retries without end)")
 	case c.MaxQueueAge < 0:
 		return optionError("MaxQueueAge", "must not be negative (Forever turns the cap off)")
+	case c.LiteRejoinAfter > 0 && c.LiteRejoinAfter < 10*time.Second:
+		return optionError("LiteRejoinAfter", "must be at least 10s (each re-join costs the broker a pass over the main topic's lite topics; the broker itself looks 5 to 15 s after a join), or negative for never")
 	}
 	return c.Leases.validate()
 }
@@ -290,6 +312,35 @@ type binding struct {
 
 	omu          sync.Mutex
 	failingSince time.Time // first failed receive since the last success; zero when none
+
+	// Re-joining an idle wildcard group (SourceConfig.LiteRejoinAfter).
+	rmu        sync.Mutex
+	emptySince time.Time     // start of the current run of empty receives (or the last re-join); zero: none
+	rejoinWait time.Duration // how long the run must last for the next re-join
+}
+
+// rejoinDue records a receive of n messages, polled at polledAt and answered
+// at now, and reports whether the binding's receives have been empty long
+// enough to re-join its group; the wait for the next re-join then doubles,
+// up to max. A message ends the run and resets the wait to base. Time spent
+// not receiving (a full queue) does not count.
+func (b *binding) rejoinDue(polledAt, now time.Time, n int, base, max time.Duration) bool {
+	b.rmu.Lock()
+	defer b.rmu.Unlock()
+	if n > 0 || b.rejoinWait == 0 {
+		b.emptySince, b.rejoinWait = time.Time{}, base
+	}
+	if n > 0 {
+		return false
+	}
+	if b.emptySince.IsZero() {
+		b.emptySince = polledAt
+	}
+	if now.Sub(b.emptySince) < b.rejoinWait {
+		return false
+	}
+	b.emptySince, b.rejoinWait = now, min(2*b.rejoinWait, max)
+	return true
 }
 
 // outage records a failed receive at now and returns how long the binding
@@ -541,6 +592,21 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		}
 		b.received()
 		bo.Reset()
+		if b.lite && len(b.exact) == 0 && s.cfg.LiteRejoinAfter > 0 &&
+			b.rejoinDue(polledAt, s.clk.now(), len(msgs), s.cfg.LiteRejoinAfter, maxLiteRejoinAfter) {
+			s.rejoin(ctx, b)
+		}
+	}
+}
+
+// rejoin re-joins b's wildcard group (SourceConfig.LiteRejoinAfter). A
+// failure is logged: the periodic COMPLETE_ADD puts the session back in the
+// group within LiteSyncInterval if the COMPLETE_ADD half failed.
+func (s *Source[T]) rejoin(ctx context.Context, b *binding) {
+	s.log.Info("rmqflow: lite binding received nothing; re-joining its group so that the broker looks for its backlog again",
+		"topic", b.topic, "group", b.group)
+	if err := b.sess.Rejoin(ctx, b.topic); err != nil && ctx.Err() == nil {
+		s.log.Warn("rmqflow: re-joining the lite group failed", "topic", b.topic, "group", b.group, "err", err)
 	}
 }
 

@@ -460,6 +460,33 @@ func (s *Session) syncAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Rejoin takes this wildcard lite session out of its group's subscription of
+// mainTopic and puts it back (COMPLETE_REMOVE, then COMPLETE_ADD with no lite
+// topics). RocketMQ 5.5.0 looks for a group's lite backlog (its full
+// dispatch) only when a client joins, or when a message found no client to
+// take it; a client that joined while the broker's view of the group was
+// stale can be left with nothing to receive although the backlog is there
+// (docs/broker-semantics.md). A re-join makes the broker look again, 5 to 15 s
+// later. Only for a LiteWildcard session with no exact lite topics of
+// mainTopic (a COMPLETE_REMOVE would drop them).
+func (s *Session) Rejoin(ctx context.Context, mainTopic string) error {
+	s.mu.Lock()
+	exact := len(s.exact[mainTopic])
+	s.mu.Unlock()
+	switch {
+	case !s.cfg.LiteWildcard:
+		return &ConfigError{Option: "SessionConfig.LiteWildcard", Reason: "Rejoin is for wildcard lite sessions"}
+	case exact > 0:
+		return &ConfigError{Option: "Rejoin", Reason: fmt.Sprintf("the session has %d exact lite topics of %s, which a re-join would drop", exact, mainTopic)}
+	}
+	req := LiteSyncRequest{Action: LiteCompleteRemove, Topic: mainTopic, Group: s.cfg.Group}
+	if err := s.c.SyncLiteSubscription(ctx, req); err != nil {
+		return err
+	}
+	req.Action = LiteCompleteAdd
+	return s.c.SyncLiteSubscription(ctx, req)
+}
+
 // SubscribeLite adds one exact lite topic of mainTopic (PARTIAL_ADD) and keeps
 // it in the periodic COMPLETE_ADD. offset is optional.
 func (s *Session) SubscribeLite(ctx context.Context, mainTopic, liteTopic string, offset *OffsetOption) error {

@@ -49,7 +49,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."u", as in docs/broker-semantics.md
+	ID   string // "a".."v", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -77,6 +77,7 @@ var Scenarios = []Scenario{
 	{"s", "ExclusiveLiteTakeover", ExclusiveLiteTakeover},
 	{"t", "AuthAndACL", AuthAndACL},
 	{"u", "LiteTopicTTLExpiry", LiteTopicTTLExpiry},
+	{"v", "WildcardRejoin", WildcardRejoin},
 }
 
 // Env gives scenarios clients bound to the target.
