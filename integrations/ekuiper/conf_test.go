@@ -259,6 +259,16 @@ func TestCheckRule(t *testing.T) {
 		"fields": func(r *ruleDef) {
 			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n"}}}
 		},
+		// A wrapped sink that returns before its rows are durable.
+		"after.file": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"file": map[string]any{"path": "x"}}}}
+		},
+		"after.mqtt.qos": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"mqtt": map[string]any{"topic": "x"}}}}
+		},
+		"after.mqtt.qos ": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"mqtt": map[string]any{"topic": "x", "qos": 0}}}}
+		},
 		// "ack" is read as the sink reads it: "0" is false for both, "F" too.
 		"no action acks ": func(r *ruleDef) {
 			r.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t", "ack": "0"}}, {"rocketmq": map[string]any{"ack": "F"}}}
@@ -276,6 +286,13 @@ func TestCheckRule(t *testing.T) {
 	r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n", "rocketmq_seq"}, "lingerInterval": 0}}
 	if n, err := checkRule(r); err != nil || n != 2 {
 		t.Errorf("fields with rocketmq_seq, lingerInterval 0: %d, %v", n, err)
+	}
+	for _, qos := range []any{1, 2, float64(1)} {
+		r = good()
+		r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"mqtt": map[string]any{"topic": "x", "qos": qos}}}}
+		if n, err := checkRule(r); err != nil || n != 2 {
+			t.Errorf("rocketmq_ack after mqtt at qos %v: %d, %v", qos, n, err)
+		}
 	}
 	r = good()
 	r.SQL = "SELECT n FROM s GROUP BY COUNTWINDOW(10), TUMBLINGWINDOW(ss, 5)"

@@ -226,6 +226,14 @@ func checkRule(r ruleDef) (int, error) {
 			if p.err != nil {
 				return fail("action %d (%s): %v", i, kind, p.err)
 			}
+			if after, ok := props["after"].(map[string]any); ok && kind == "rocketmq_ack" {
+				for k, v := range after {
+					inner, _ := v.(map[string]any)
+					if err := wrappedSinkSafe(k, inner); err != nil {
+						return fail("action %d (%s): %v", i, kind, err)
+					}
+				}
+			}
 			n++
 		}
 	}

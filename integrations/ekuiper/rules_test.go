@@ -485,17 +485,42 @@ func TestUnsafeRuleRefused(t *testing.T) {
 	// A sink-side batching node (it counts held rows processed), and an
 	// overlapping window hidden from a text search by a comment.
 	// (eKuiper provisions the sinks when the rule is created: refused then.)
-	b, _ := json.Marshal(map[string]any{"id": "batched", "sql": "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s",
-		"actions": []map[string]any{tg.sinkAction(map[string]any{"batchSize": 10, "lingerInterval": 1000})},
-		"options": map[string]any{"disableBufferFullDiscard": true}})
-	resp, err := http.Post("http://"+srv.addr+"/rules", "application/json", strings.NewReader(string(b)))
-	if err != nil {
-		t.Fatal(err)
+	// A wrapped sink that returns before its rows are durable or delivered
+	// (file buffers until its roll; mqtt at qos 0, its default, fires and
+	// forgets) is refused too; mqtt at qos 1 is created ("triggered": false:
+	// not started, but provisioned all the same).
+	ackAfter := func(kind string, props map[string]any) map[string]any {
+		return map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{kind: props}}}
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode/100 == 2 || !strings.Contains(string(body), "batchSize") {
-		t.Fatalf("a rule with batchSize on an acking action: %s %s", resp.Status, body)
+	mqttProps := func(qos ...int) map[string]any {
+		m := map[string]any{"server": "tcp://127.0.0.1:1", "topic": "out"}
+		if len(qos) > 0 {
+			m["qos"] = qos[0]
+		}
+		return m
+	}
+	for i, c := range []struct {
+		action map[string]any
+		want   string
+	}{
+		{tg.sinkAction(map[string]any{"batchSize": 10, "lingerInterval": 1000}), "batchSize"},
+		{ackAfter("file", map[string]any{"path": t.TempDir() + "/out.jsonl"}), "file"},
+		{ackAfter("mqtt", mqttProps()), "qos"},
+		{ackAfter("mqtt", mqttProps(0)), "qos"},
+		{ackAfter("mqtt", mqttProps(1)), ""},
+	} {
+		code, body := srv.try(http.MethodPost, "/rules", map[string]any{"id": fmt.Sprint("created", i),
+			"sql": "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", "triggered": false,
+			"actions": []map[string]any{c.action}, "options": map[string]any{"disableBufferFullDiscard": true}})
+		if c.want == "" {
+			if code/100 != 2 {
+				t.Errorf("action %v: %d %s, want it created", c.action, code, body)
+			}
+			continue
+		}
+		if code/100 == 2 || !strings.Contains(string(body), c.want) {
+			t.Errorf("action %v: %d %s, want it refused naming %s", c.action, code, body, c.want)
+		}
 	}
 	srv.rule("hopping", "SELECT count(*) AS c, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)",
 		[]map[string]any{tg.sinkAction(nil)}, nil)
