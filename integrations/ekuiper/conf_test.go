@@ -69,6 +69,29 @@ func TestParseSource(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "TEST_RMQ_UNSET") || strings.Contains(err.Error(), "sk1") {
 		t.Fatalf("an unset variable: %v", err)
 	}
+	// A plain secret-key is refused (eKuiper logs the configuration), without
+	// its value in the error; secret-key-env is the way.
+	const secret = "S3cr3t-value-never-logged"
+	for _, m := range []map[string]any{
+		{"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "access-key": "ak", "secret-key": secret},
+		{"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "access-key": "ak", "Secret-Key": secret},
+	} {
+		_, _, err := parseSource(m)
+		if err == nil || !strings.Contains(err.Error(), "secret-key-env") || strings.Contains(err.Error(), secret) {
+			t.Errorf("a plain secret-key in the source: %v", err)
+		}
+		if err := NewSource().(interface{ Validate(map[string]any) error }).Validate(m); err == nil ||
+			!strings.Contains(err.Error(), "secret-key-env") || strings.Contains(err.Error(), secret) {
+			t.Errorf("a plain secret-key in a conf key: %v", err)
+		}
+		m["topic"] = "t"
+		if _, _, err := parseSink(m); err == nil || !strings.Contains(err.Error(), "secret-key-env") || strings.Contains(err.Error(), secret) {
+			t.Errorf("a plain secret-key in the sink: %v", err)
+		}
+	}
+	if err := NewSource().(interface{ Validate(map[string]any) error }).Validate(map[string]any{"access-key": "ak", "secret-key-env": "X"}); err != nil {
+		t.Errorf("a conf key with secret-key-env: %v", err)
+	}
 	var ce *ConfError
 	if _, _, err := parseSource(map[string]any{}); !errors.As(err, &ce) {
 		t.Errorf("an empty configuration: %v, want a *ConfError", err)

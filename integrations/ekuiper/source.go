@@ -198,6 +198,11 @@ type session struct {
 // NewSource returns a new "rocketmq" source (modules.RegisterSource).
 func NewSource() api.Source { return &source{} }
 
+// Validate is eKuiper's check of a conf key added over its REST API
+// (PUT /metadata/sources/rocketmq/confKeys/{key}): one that holds a plain
+// secret-key is refused before it is stored.
+func (s *source) Validate(props map[string]any) error { return plainSecret(props) }
+
 func (s *source) Provision(ctx api.StreamContext, configs map[string]any) error {
 	c, unknown, err := parseSource(configs)
 	if err != nil {
