@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // TestSecretsStayOutOfLogs: eKuiper logs a source's configuration section
@@ -24,16 +22,7 @@ import (
 // the log.
 func TestSecretsStayOutOfLogs(t *testing.T) {
 	t.Parallel()
-	f := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
-	tg := &target{name: "rmqfake", endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", outG: "out-g", fake: f, run: "sec"}
-	for _, p := range [][2]string{{tg.in, tg.inG}, {tg.out, tg.outG}} {
-		if err := f.CreateTopic(p[0], rmqfake.TopicLite); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.CreateGroup(p[1], rmqfake.LiteBind(p[0]), rmqfake.Wildcard()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tg := fakeTarget(t, "sec", false)
 	const envSecret, plainSecret = "EnvSecret-7f3a9c", "PlainSecret-2b8d41"
 	home := t.TempDir()
 	section := tg.sourceSection()
