@@ -247,7 +247,7 @@ func TestCheckRule(t *testing.T) {
 			{"rocketmq_ack": map[string]any{}}, {"rocketmq": map[string]any{"ack": false}}}
 		return r
 	}
-	if n, err := checkRule(good()); err != nil || n != 2 {
+	if n, err := checkRule(good(), ""); err != nil || n != 2 {
 		t.Fatalf("good rule: %d acking sinks, %v; want 2", n, err)
 	}
 	for want, edit := range map[string]func(*ruleDef){
@@ -299,7 +299,7 @@ func TestCheckRule(t *testing.T) {
 	} {
 		r := good()
 		edit(&r)
-		_, err := checkRule(r)
+		_, err := checkRule(r, "")
 		var re *RuleError
 		if !errors.As(err, &re) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(strings.TrimSpace(want))) {
 			t.Errorf("%s: %v, want a *RuleError naming it", want, err)
@@ -307,21 +307,77 @@ func TestCheckRule(t *testing.T) {
 	}
 	r := good()
 	r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n", "rocketmq_seq"}, "lingerInterval": 0}}
-	if n, err := checkRule(r); err != nil || n != 2 {
+	if n, err := checkRule(r, ""); err != nil || n != 2 {
 		t.Errorf("fields with rocketmq_seq, lingerInterval 0: %d, %v", n, err)
 	}
 	for _, qos := range []any{1, 2, float64(1)} {
 		r = good()
 		r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"mqtt": map[string]any{"topic": "x", "qos": qos}}}}
-		if n, err := checkRule(r); err != nil || n != 2 {
+		if n, err := checkRule(r, ""); err != nil || n != 2 {
 			t.Errorf("rocketmq_ack after mqtt at qos %v: %d, %v", qos, n, err)
 		}
 	}
 	r = good()
 	r.SQL = "SELECT n FROM s GROUP BY COUNTWINDOW(10), TUMBLINGWINDOW(ss, 5)"
 	r.Options.SendMetaToSink = true
-	if _, err := checkRule(r); err != nil {
+	if _, err := checkRule(r, ""); err != nil {
 		t.Errorf("COUNTWINDOW(10) with sendMetaToSink: %v", err)
+	}
+}
+
+// TestCheckRuleHeldBack: where the broker holds a stream's next messages
+// back while earlier ones are in flight (lite mode; a FIFO group in simple
+// mode), COUNTWINDOW(n) is refused: its rows are acked only when it emits,
+// so with fewer than n messages in flight it never fills. Time windows are
+// not; a normal group in simple mode takes COUNTWINDOW(n).
+func TestCheckRuleHeldBack(t *testing.T) {
+	lite, _, err := parseSource(map[string]any{"endpoints": "127.0.0.1:1", "datasource": "t", "consumer-group": "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simple, _, err := parseSource(map[string]any{"endpoints": "127.0.0.1:1", "datasource": "t", "consumer-group": "g", "mode": "simple"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := heldBack(simple, false); h != "" {
+		t.Fatalf("a normal group in simple mode holds back: %q", h)
+	}
+	rule := func(window string) ruleDef {
+		var r ruleDef
+		r.ID = "r"
+		r.SQL = "SELECT session, count(*) AS c, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY session, " + window
+		r.Options.DisableBufferFullDiscard = true
+		r.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}}
+		return r
+	}
+	for _, c := range []struct {
+		held string
+		want []string
+	}{
+		{heldBack(lite, false), []string{"COUNTWINDOW", "lite", "TUMBLINGWINDOW", "SESSIONWINDOW", "dead-letter"}},
+		{heldBack(simple, true), []string{"COUNTWINDOW", "group g is a FIFO group", "TUMBLINGWINDOW"}},
+	} {
+		for _, w := range []string{"COUNTWINDOW(5)", "countwindow /* */ (5)"} {
+			_, err := checkRule(rule(w), c.held)
+			var re *RuleError
+			if !errors.As(err, &re) {
+				t.Errorf("%s, %s: %v, want a *RuleError", w, c.held, err)
+				continue
+			}
+			for _, want := range c.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v, want it naming %q", w, err, want)
+				}
+			}
+		}
+		for _, w := range []string{"TUMBLINGWINDOW(ss, 10)", "SESSIONWINDOW(ss, 10, 2)"} {
+			if _, err := checkRule(rule(w), c.held); err != nil {
+				t.Errorf("%s, %s: %v", w, c.held, err)
+			}
+		}
+	}
+	if _, err := checkRule(rule("COUNTWINDOW(5)"), heldBack(simple, false)); err != nil {
+		t.Errorf("COUNTWINDOW(5) in simple mode through a normal group: %v", err)
 	}
 }
 

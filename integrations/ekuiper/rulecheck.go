@@ -16,6 +16,8 @@ import (
 	"unicode"
 
 	"github.com/lf-edge/ekuiper/contract/v2/api"
+
+	"github.com/rmqflow/rmqflow"
 )
 
 // RuleError is a rule that the rocketmq source refuses to run in ack-mode
@@ -173,9 +175,24 @@ func ackingAction(kind string, props map[string]any) bool {
 	return false
 }
 
+// heldBack says why the broker holds back a stream's next messages while
+// earlier ones are in flight (until they are acked): lite mode (one lite
+// topic's messages one after another) or a FIFO consumer group (a queue's);
+// "" for a normal group in simple mode, which gets what the topic has.
+func heldBack(c sourceConf, fifoGroup bool) string {
+	switch {
+	case c.src.Mode == rmqflow.ModeLite:
+		return "the stream is in lite mode: the broker delivers a lite topic's next message only once the one in flight is acked"
+	case fifoGroup:
+		return fmt.Sprintf("the stream's consumer group %s is a FIFO group: the broker delivers a queue's next messages only once those in flight are acked", c.src.Group)
+	}
+	return ""
+}
+
 // checkRule reads the rule's definition and returns how many acking sinks it
-// has, or a *RuleError naming what would let it lose rows.
-func checkRule(r ruleDef) (int, error) {
+// has, or a *RuleError naming what would let it lose rows. held is
+// heldBack's answer for the rule's stream.
+func checkRule(r ruleDef, held string) (int, error) {
 	fail := func(format string, args ...any) (int, error) {
 		return 0, &RuleError{Rule: r.ID, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -196,6 +213,10 @@ func checkRule(r ruleDef) (int, error) {
 	for name, args := range windowCalls(toks) {
 		switch {
 		case name == "tumblingwindow" || name == "sessionwindow" || name == "statewindow":
+		case name == "countwindow" && args <= 1 && held != "":
+			return fail("COUNTWINDOW(n) can wait for ever here: %s, and the window acks its rows only when it emits, after n rows; "+
+				"while fewer than n messages are in flight it cannot fill, and its messages wait for pending-max-age (1 h), come back and end in the dead-letter queue. "+
+				"Use TUMBLINGWINDOW or SESSIONWINDOW (COUNTWINDOW(n) is allowed in simple mode through a group that is not FIFO)", held)
 		case name == "countwindow" && args <= 1:
 		case name == "countwindow":
 			return fail("COUNTWINDOW with an interval overlaps: its windows reuse rows after their first result; use COUNTWINDOW(n)")

@@ -51,6 +51,12 @@ func eachTargetOf(t *testing.T, scenario string, simple bool, fn func(t *testing
 	t.Run("rmqfake", func(t *testing.T) {
 		fn(t, fakeTarget(t, "s", simple))
 	})
+	// Tests sharing a fixture take turns on the broker: one consumer group,
+	// whose messages would otherwise be split between their rules (and a
+	// tag filter in one would pass over the other's messages).
+	mu, _ := fixtureTurns.LoadOrStore(scenario, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	t.Run("broker", func(t *testing.T) {
 		if os.Getenv(rmqtest.EnvEndpoint) == "" {
 			t.Skipf("%s is not set: no real broker", rmqtest.EnvEndpoint)
@@ -62,6 +68,9 @@ func eachTargetOf(t *testing.T, scenario string, simple bool, fn func(t *testing
 		fn(t, tg)
 	})
 }
+
+// fixtureTurns holds a mutex per fixture scenario (eachTargetOf).
+var fixtureTurns sync.Map
 
 // fakeTarget is an rmqfake with the in and out topics and groups; run
 // prefixes the lite topics.

@@ -1,24 +1,24 @@
 package rmqkuiper_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // windowCase is a window rule counting rows per lite topic (its SQL selects
 // session, count(*) AS tokens and max(meta(rocketmq_seq)) AS rocketmq_seq)
 // and what windowCounts sends it: per rows into each of sessions lite
-// topics; with first > 0, the first rows alone first, which must then wait
-// hold without a result written or a message acked.
+// topics.
 type windowCase struct {
 	sql           string
 	sessions, per int
-	first         int
-	hold          time.Duration
 }
 
 // windowCounts runs c on tg: every message is counted once (the results'
@@ -57,25 +57,6 @@ func windowCounts(t *testing.T, tg *target, c windowCase) {
 	}
 	rows := rowsN(c.sessions*c.per, func(i int) map[string]any { return map[string]any{"word": i} })
 	lite := func(i int) string { return tg.lite(i % c.sessions) }
-	if c.first > 0 {
-		tg.send(t, rows[:c.first], lite)
-		eventually(t, 30*time.Second, "the first rows ingested", func() (bool, string) {
-			n := srv.metric("counts", "source_s_0_records_out_total")
-			return n >= float64(c.first), fmt.Sprint(n)
-		})
-		time.Sleep(c.hold) // waiting for an absence: a result or an ack that must not come
-		if got := out.snapshot(); len(got) > 0 {
-			t.Fatalf("a result was written from the first %d rows alone: %v", c.first, got[0].body)
-		}
-		if tg.fake != nil {
-			if st := tg.inStats(); st.Acked != 0 || st.InFlight != int64(c.first) {
-				t.Fatalf("the first %d rows: %+v, want all in flight, none acked", c.first, st)
-			}
-		}
-		rows = rows[c.first:]
-		first := c.first
-		lite = func(i int) string { return tg.lite((i + first) % c.sessions) }
-	}
 	tg.send(t, rows, lite)
 	eventually(t, 60*time.Second, "every message counted", func() (bool, string) {
 		sum := map[string]int{}
@@ -123,19 +104,173 @@ func (s *server) metric(id, key string) float64 {
 	return f
 }
 
-// TestCountWindow: COUNTWINDOW(5), which the rule check allows (it does not
-// overlap): four rows alone make no result and are neither acked nor let
-// go; with the rest, every message is counted once and acked once its
-// window's result was written. One message per lite topic, so that the
-// broker's one batch per lite topic cannot hold back the rows a window waits
-// for.
+// TestCountWindow: COUNTWINDOW(5) over a normal topic read in simple mode
+// through a plain group (the broker hands out what the topic has, without
+// holding anything back while messages are in flight): 12 rows make two
+// windows, whose results are written and whose rows are acked, while the
+// last 2 rows wait, in flight and unacked, for a third window; 3 more rows
+// fill it, and every message is counted once and acked after its window's
+// result was written. No message is acked before a result was written.
 func TestCountWindow(t *testing.T) {
 	t.Parallel()
-	eachTarget(t, "n", func(t *testing.T, tg *target) {
-		windowCounts(t, tg, windowCase{sql: `SELECT meta(rocketmq_lite_topic) AS session, count(*) AS tokens,
-			max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY meta(rocketmq_lite_topic), COUNTWINDOW(5)`,
-			sessions: 20, per: 1, first: 4, hold: 3 * time.Second})
+	eachTargetOf(t, "m", true, func(t *testing.T, tg *target) {
+		tg.tag = "count"
+		srv := startOn(t, tg, "")
+		srv.stream("s", tg.in, "test")
+		out := tg.readOut(t)
+		srv.rule("counts", `SELECT session, count(*) AS tokens, max(meta(rocketmq_seq)) AS rocketmq_seq
+			FROM s GROUP BY session, COUNTWINDOW(5)`, []map[string]any{tg.sinkAction(nil)}, nil)
+		srv.waitRunning("counts")
+		stop := make(chan struct{})
+		checked := make(chan string, 1)
+		go func() { // the invariant, sampled: acks follow writes
+			defer close(checked)
+			for tg.fake != nil {
+				if acked, written := tg.inStats().Acked, tg.fake.Stats().Topics[tg.out].Sent; acked > 0 && written == 0 {
+					checked <- fmt.Sprintf("%d input messages acked before any window result was written", acked)
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+		const sessions = 3
+		next := 0
+		send := func(n int) {
+			recs := make([]rmqflow.Record, n)
+			for i := range recs {
+				recs[i] = rmqflow.Record{Tag: tg.tag, Body: fmt.Appendf(nil, `{"word": %d, "session": %q}`, next, tg.lite(next%sessions))}
+				next++
+			}
+			tg.sendRecords(t, recs)
+		}
+		counted := func() int {
+			sum := 0
+			for _, r := range out.snapshot() {
+				if r.body["session"] != r.lite {
+					t.Fatalf("result %v in lite topic %s", r.body, r.lite)
+				}
+				sum += num(r.body["tokens"])
+			}
+			return sum
+		}
+		send(12)
+		eventually(t, 60*time.Second, "two windows of 5 written", func() (bool, string) {
+			return counted() >= 10, fmt.Sprint(counted())
+		})
+		eventually(t, 30*time.Second, "all 12 rows ingested", func() (bool, string) {
+			n := srv.metric("counts", "source_s_0_records_out_total")
+			return n >= 12, fmt.Sprint(n)
+		})
+		if tg.fake != nil {
+			eventually(t, 30*time.Second, "the two windows' rows acked", func() (bool, string) {
+				st := tg.inStats()
+				return st.Acked == 10 && st.InFlight == 2, fmt.Sprintf("%+v", st)
+			})
+		}
+		time.Sleep(3 * time.Second) // waiting for an absence: the 2 rows of the open window make no result, no ack
+		if n := counted(); n != 10 {
+			t.Fatalf("%d rows counted with 12 sent, want 10 (two windows of 5)", n)
+		}
+		if tg.fake != nil {
+			if st := tg.inStats(); st.Acked != 10 || st.InFlight != 2 {
+				t.Fatalf("the open window's rows: %+v, want 10 acked and 2 in flight", st)
+			}
+		}
+		send(3)
+		eventually(t, 60*time.Second, "the third window written", func() (bool, string) {
+			return counted() >= 15, fmt.Sprint(counted())
+		})
+		sum := map[string]int{}
+		for _, r := range out.snapshot() {
+			sum[r.lite] += num(r.body["tokens"])
+		}
+		for s := 0; s < sessions; s++ {
+			if sum[tg.lite(s)] != 5 {
+				t.Errorf("session %s counted %d, want 5 (each message once)", tg.lite(s), sum[tg.lite(s)])
+			}
+		}
+		if tg.fake != nil {
+			eventually(t, 30*time.Second, "every message acked", func() (bool, string) {
+				st := tg.inStats()
+				return st.Acked == 15 && st.InFlight == 0 && st.Backlog == 0, fmt.Sprintf("%+v", st)
+			})
+			close(stop)
+			if msg, bad := <-checked; bad {
+				t.Fatal(msg)
+			}
+			if st := tg.inStats(); st.DeadLettered != 0 {
+				t.Fatalf("dead-lettered: %+v", st)
+			}
+			return
+		}
+		close(stop)
+		srv.stop()
+		tg.noneComeBack(t, 12*time.Second)
 	})
+}
+
+// TestCountWindowRefusedWhereHeldBack: a COUNTWINDOW(n) rule over a stream
+// whose broker holds back a lite topic's (lite mode) or a queue's (a FIFO
+// group in simple mode) next messages while earlier ones are in flight is
+// stopped by error when it is created and started: its status over REST
+// says why and what to use instead, and it receives nothing. (It could
+// never fill while fewer than n messages are in flight, and would stall
+// for pending-max-age, then dead-letter.)
+func TestCountWindowRefusedWhereHeldBack(t *testing.T) {
+	t.Parallel()
+	const sql = `SELECT session, count(*) AS tokens, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY session, COUNTWINDOW(5)`
+	for _, c := range []struct {
+		name string
+		fifo bool
+		want []string
+	}{
+		{"lite", false, []string{"COUNTWINDOW", "lite mode", "TUMBLINGWINDOW", "SESSIONWINDOW"}},
+		{"fifo", true, []string{"COUNTWINDOW", "group in-g is a FIFO group", "TUMBLINGWINDOW", "SESSIONWINDOW"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var tg *target
+			if c.fifo {
+				f := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
+				tg = &target{name: "rmqfake", endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", outG: "out-g", fake: f, run: "s", simple: true}
+				for _, err := range []error{f.CreateTopic(tg.in, rmqfake.TopicFIFO), f.CreateGroup(tg.inG, rmqfake.FIFO()),
+					f.CreateTopic(tg.out, rmqfake.TopicLite), f.CreateGroup(tg.outG, rmqfake.LiteBind(tg.out), rmqfake.Wildcard())} {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				tg = fakeTarget(t, "s", false)
+			}
+			srv := startOn(t, tg, "")
+			srv.stream("s", tg.in, "test")
+			srv.rule("count", sql, []map[string]any{tg.sinkAction(nil)}, nil)
+			if c.fifo {
+				tg.sendRecords(t, []rmqflow.Record{{MessageGroup: "g1", Body: []byte(`{"session": "a"}`)}})
+			} else {
+				tg.send(t, []map[string]any{{"session": "a"}}, func(int) string { return tg.lite(0) })
+			}
+			eventually(t, 30*time.Second, "the rule refused", func() (bool, string) {
+				st := srv.status("count")
+				b, _ := json.Marshal(st)
+				for _, w := range c.want {
+					if !strings.Contains(string(b), w) {
+						return false, string(b)
+					}
+				}
+				return st["status"] != "running", string(b)
+			})
+			b, _ := json.Marshal(srv.status("count"))
+			t.Logf("status: %s", b)
+			if st := tg.inStats(); st.InFlight != 0 || st.Acked != 0 {
+				t.Fatalf("the refused rule received messages: %+v", st)
+			}
+		})
+	}
 }
 
 // TestSessionWindow: SESSIONWINDOW(ss, 10, 2), which the rule check allows:
