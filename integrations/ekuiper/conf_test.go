@@ -327,9 +327,11 @@ func TestCheckRule(t *testing.T) {
 
 // TestCheckRuleHeldBack: where the broker holds a stream's next messages
 // back while earlier ones are in flight (lite mode; a FIFO group in simple
-// mode), COUNTWINDOW(n) is refused: its rows are acked only when it emits,
-// so with fewer than n messages in flight it never fills. Time windows are
-// not; a normal group in simple mode takes COUNTWINDOW(n).
+// mode), COUNTWINDOW(n) and STATEWINDOW are refused: their rows are acked
+// only when they emit, and the rows that would make them emit can be held
+// back behind their own. Time windows are not; a normal group in simple
+// mode takes both. A STATEWINDOW partitioned with OVER (PARTITION BY) is
+// refused everywhere.
 func TestCheckRuleHeldBack(t *testing.T) {
 	lite, _, err := parseSource(map[string]any{"endpoints": "127.0.0.1:1", "datasource": "t", "consumer-group": "g"})
 	if err != nil {
@@ -354,17 +356,18 @@ func TestCheckRuleHeldBack(t *testing.T) {
 		held string
 		want []string
 	}{
-		{heldBack(lite, false), []string{"COUNTWINDOW", "lite", "TUMBLINGWINDOW", "SESSIONWINDOW", "dead-letter"}},
-		{heldBack(simple, true), []string{"COUNTWINDOW", "group g is a FIFO group", "TUMBLINGWINDOW"}},
+		{heldBack(lite, false), []string{"lite", "TUMBLINGWINDOW", "SESSIONWINDOW", "dead-letter"}},
+		{heldBack(simple, true), []string{"group g is a FIFO group", "TUMBLINGWINDOW"}},
 	} {
-		for _, w := range []string{"COUNTWINDOW(5)", "countwindow /* */ (5)"} {
+		for w, name := range map[string]string{"COUNTWINDOW(5)": "COUNTWINDOW", "countwindow /* */ (5)": "COUNTWINDOW",
+			"STATEWINDOW(kind = 'begin', kind = 'end')": "STATEWINDOW", "`statewindow`(had_changed(true, kind))": "STATEWINDOW"} {
 			_, err := checkRule(rule(w), c.held)
 			var re *RuleError
 			if !errors.As(err, &re) {
 				t.Errorf("%s, %s: %v, want a *RuleError", w, c.held, err)
 				continue
 			}
-			for _, want := range c.want {
+			for _, want := range append(c.want, name) {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("%s: %v, want it naming %q", w, err, want)
 				}
@@ -376,8 +379,26 @@ func TestCheckRuleHeldBack(t *testing.T) {
 			}
 		}
 	}
-	if _, err := checkRule(rule("COUNTWINDOW(5)"), heldBack(simple, false)); err != nil {
-		t.Errorf("COUNTWINDOW(5) in simple mode through a normal group: %v", err)
+	for _, w := range []string{"COUNTWINDOW(5)", "STATEWINDOW(kind = 'begin', kind = 'end')", "STATEWINDOW(had_changed(true, kind))"} {
+		if _, err := checkRule(rule(w), heldBack(simple, false)); err != nil {
+			t.Errorf("%s in simple mode through a normal group: %v", w, err)
+		}
+	}
+	// A partitioned state window emits each partition on its own, and its
+	// result would ack the other partitions' open rows: refused everywhere.
+	for _, w := range []string{"STATEWINDOW(kind = 'begin', kind = 'end') OVER (PARTITION BY session)",
+		"statewindow(had_changed(true, kind)) over /* */ ( partition -- x\n by session)"} {
+		_, err := checkRule(rule(w), heldBack(simple, false))
+		var re *RuleError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "PARTITION BY") {
+			t.Errorf("%s: %v, want a *RuleError naming PARTITION BY", w, err)
+		}
+	}
+	// An analytic function's OVER (PARTITION BY) holds no rows.
+	r := rule("STATEWINDOW(kind = 'begin', kind = 'end')")
+	r.SQL = strings.Replace(r.SQL, "SELECT session,", "SELECT session, lag(kind) OVER (PARTITION BY session) AS prev,", 1)
+	if _, err := checkRule(r, heldBack(simple, false)); err != nil {
+		t.Errorf("lag() OVER (PARTITION BY) beside a STATEWINDOW: %v", err)
 	}
 }
 

@@ -148,6 +148,43 @@ func windowCalls(toks []string) map[string]int {
 	return calls
 }
 
+// statePartitioned reports whether a STATEWINDOW call is followed by
+// OVER (... PARTITION BY ...): a window per partition, each emitting on its
+// own.
+func statePartitioned(toks []string) bool {
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i] != "statewindow" || toks[i+1] != "(" {
+			continue
+		}
+		j, depth := i+2, 0
+		for ; j < len(toks) && depth >= 0; j++ {
+			switch toks[j] {
+			case "(":
+				depth++
+			case ")":
+				depth--
+			}
+		}
+		// toks[j] follows the call's closing parenthesis.
+		if j+1 >= len(toks) || toks[j] != "over" || toks[j+1] != "(" {
+			continue
+		}
+		for k, depth := j+2, 0; k < len(toks) && depth >= 0; k++ {
+			switch toks[k] {
+			case "(":
+				depth++
+			case ")":
+				depth--
+			case "partition":
+				if depth == 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // selectsSeq reports whether the SQL names a column rocketmq_seq ("AS
 // rocketmq_seq").
 func selectsSeq(toks []string) bool {
@@ -212,11 +249,17 @@ func checkRule(r ruleDef, held string) (int, error) {
 	toks := sqlTokens(r.SQL)
 	for name, args := range windowCalls(toks) {
 		switch {
-		case name == "tumblingwindow" || name == "sessionwindow" || name == "statewindow":
 		case name == "countwindow" && args <= 1 && held != "":
 			return fail("COUNTWINDOW(n) can wait for ever here: %s, and the window acks its rows only when it emits, after n rows; "+
 				"while fewer than n messages are in flight it cannot fill, and its messages wait for pending-max-age (1 h), come back and end in the dead-letter queue. "+
 				"Use TUMBLINGWINDOW or SESSIONWINDOW (COUNTWINDOW(n) is allowed in simple mode through a group that is not FIFO)", held)
+		case name == "statewindow" && held != "":
+			return fail("STATEWINDOW can wait for ever here: %s, and the window acks its rows only when a row meets its emit condition; "+
+				"that row can be one the broker holds back behind the window's own rows (a session's end behind its begin), and then its messages wait for pending-max-age (1 h), come back and end in the dead-letter queue. "+
+				"Use TUMBLINGWINDOW or SESSIONWINDOW (STATEWINDOW is allowed in simple mode through a group that is not FIFO)", held)
+		case name == "statewindow" && statePartitioned(toks):
+			return fail("STATEWINDOW ... OVER (PARTITION BY ...) emits each partition on its own: a partition's result would ack the rows other partitions hold in their open windows; use STATEWINDOW without PARTITION BY")
+		case name == "tumblingwindow" || name == "sessionwindow" || name == "statewindow":
 		case name == "countwindow" && args <= 1:
 		case name == "countwindow":
 			return fail("COUNTWINDOW with an interval overlaps: its windows reuse rows after their first result; use COUNTWINDOW(n)")

@@ -275,14 +275,17 @@ func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) err
 
 // heldBack is heldBack's answer for this stream and rule. In simple mode,
 // and only when the rule's SQL has a window that waits for rows
-// (COUNTWINDOW), it asks the broker whether the consumer group is a FIFO
+// (COUNTWINDOW, STATEWINDOW), it asks the broker whether the consumer group is a FIFO
 // group: the settings the broker answers a consumer session with say so.
 func (s *source) heldBack(ctx context.Context, def ruleDef) (string, error) {
 	if s.conf.src.Mode != rmqflow.ModeSimple {
 		return heldBack(s.conf, false), nil
 	}
-	if _, ok := windowCalls(sqlTokens(def.SQL))["countwindow"]; !ok {
-		return "", nil
+	calls := windowCalls(sqlTokens(def.SQL))
+	if _, ok := calls["countwindow"]; !ok {
+		if _, ok := calls["statewindow"]; !ok {
+			return "", nil
+		}
 	}
 	conn := s.conf.src.Connection
 	c, err := client.New(client.Config{Endpoints: conn.Endpoints, Namespace: conn.Namespace, Credentials: conn.Credentials,

@@ -213,23 +213,29 @@ func TestCountWindow(t *testing.T) {
 	})
 }
 
-// TestCountWindowRefusedWhereHeldBack: a COUNTWINDOW(n) rule over a stream
-// whose broker holds back a lite topic's (lite mode) or a queue's (a FIFO
-// group in simple mode) next messages while earlier ones are in flight is
-// stopped by error when it is created and started: its status over REST
-// says why and what to use instead, and it receives nothing. (It could
-// never fill while fewer than n messages are in flight, and would stall
-// for pending-max-age, then dead-letter.)
-func TestCountWindowRefusedWhereHeldBack(t *testing.T) {
+// TestWaitingWindowRefused: a window that emits only when enough rows or
+// the right row came (COUNTWINDOW(n), STATEWINDOW) over a stream whose
+// broker holds back a lite topic's (lite mode) or a queue's (a FIFO group in
+// simple mode) next messages while earlier ones are in flight, and a
+// STATEWINDOW partitioned with OVER (PARTITION BY) anywhere, are stopped by
+// error when the rule is created and started: the status over REST says why
+// and what to use instead, and the rule receives nothing. (The first could
+// wait for ever, then dead-letter; the second would ack a partition's open
+// rows with another partition's result.)
+func TestWaitingWindowRefused(t *testing.T) {
 	t.Parallel()
-	const sql = `SELECT session, count(*) AS tokens, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY session, COUNTWINDOW(5)`
+	const count = `SELECT session, count(*) AS tokens, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY session, COUNTWINDOW(5)`
+	const state = `SELECT count(*) AS tokens, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY STATEWINDOW(kind = "begin", kind = "end")`
 	for _, c := range []struct {
-		name string
-		fifo bool
-		want []string
+		name, sql string
+		simple    bool
+		fifo      bool
+		want      []string
 	}{
-		{"lite", false, []string{"COUNTWINDOW", "lite mode", "TUMBLINGWINDOW", "SESSIONWINDOW"}},
-		{"fifo", true, []string{"COUNTWINDOW", "group in-g is a FIFO group", "TUMBLINGWINDOW", "SESSIONWINDOW"}},
+		{"lite-count", count, false, false, []string{"COUNTWINDOW", "lite mode", "TUMBLINGWINDOW", "SESSIONWINDOW"}},
+		{"fifo-count", count, true, true, []string{"COUNTWINDOW", "group in-g is a FIFO group", "TUMBLINGWINDOW", "SESSIONWINDOW"}},
+		{"lite-state", state, false, false, []string{"STATEWINDOW", "lite mode", "TUMBLINGWINDOW", "SESSIONWINDOW"}},
+		{"simple-state-partitioned", state + ` OVER (PARTITION BY session)`, true, false, []string{"STATEWINDOW", "PARTITION BY"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -244,18 +250,21 @@ func TestCountWindowRefusedWhereHeldBack(t *testing.T) {
 					}
 				}
 			} else {
-				tg = fakeTarget(t, "s", false)
+				tg = fakeTarget(t, "s", c.simple)
 			}
 			srv := startOn(t, tg, "")
 			srv.stream("s", tg.in, "test")
-			srv.rule("count", sql, []map[string]any{tg.sinkAction(nil)}, nil)
-			if c.fifo {
-				tg.sendRecords(t, []rmqflow.Record{{MessageGroup: "g1", Body: []byte(`{"session": "a"}`)}})
-			} else {
-				tg.send(t, []map[string]any{{"session": "a"}}, func(int) string { return tg.lite(0) })
+			srv.rule("waiting", c.sql, []map[string]any{tg.sinkAction(nil)}, nil)
+			switch {
+			case c.fifo:
+				tg.sendRecords(t, []rmqflow.Record{{MessageGroup: "g1", Body: []byte(`{"session": "a", "kind": "begin"}`)}})
+			case c.simple:
+				tg.sendRecords(t, []rmqflow.Record{{Body: []byte(`{"session": "a", "kind": "begin"}`)}})
+			default:
+				tg.send(t, []map[string]any{{"session": "a", "kind": "begin"}}, func(int) string { return tg.lite(0) })
 			}
 			eventually(t, 30*time.Second, "the rule refused", func() (bool, string) {
-				st := srv.status("count")
+				st := srv.status("waiting")
 				b, _ := json.Marshal(st)
 				for _, w := range c.want {
 					if !strings.Contains(string(b), w) {
@@ -264,13 +273,112 @@ func TestCountWindowRefusedWhereHeldBack(t *testing.T) {
 				}
 				return st["status"] != "running", string(b)
 			})
-			b, _ := json.Marshal(srv.status("count"))
-			t.Logf("status: %s", b)
+			st := srv.status("waiting")
+			t.Logf("%s", st["source_s_0_last_exception"])
 			if st := tg.inStats(); st.InFlight != 0 || st.Acked != 0 {
 				t.Fatalf("the refused rule received messages: %+v", st)
 			}
 		})
 	}
+}
+
+// TestStateWindow: STATEWINDOW(kind = "begin", kind = "end") over a normal
+// topic read in simple mode through a plain group. Rows before the begin
+// are dropped by the window, the begin and the rows after it wait in the
+// open window: nothing is written and nothing acked, all stay in flight.
+// The end row closes the window: its one result (begin, middle rows and
+// end) is written, and then every message is acked, the dropped rows before
+// the begin too (by the result's progress past them). No message is acked
+// before the result was written.
+func TestStateWindow(t *testing.T) {
+	t.Parallel()
+	eachTargetOf(t, "m", true, func(t *testing.T, tg *target) {
+		tg.tag = "state"
+		srv := startOn(t, tg, "")
+		srv.stream("s", tg.in, "test")
+		out := tg.readOut(t)
+		srv.rule("state", fmt.Sprintf(`SELECT "%s" AS session, count(*) AS tokens, collect(n) AS ns, max(meta(rocketmq_seq)) AS rocketmq_seq
+			FROM s WHERE session = "%s" GROUP BY STATEWINDOW(kind = "begin", kind = "end")`, tg.lite(0), tg.lite(0)),
+			[]map[string]any{tg.sinkAction(nil)}, nil)
+		srv.waitRunning("state")
+		stop := make(chan struct{})
+		checked := make(chan string, 1)
+		go func() { // the invariant, sampled: acks follow the write
+			defer close(checked)
+			for tg.fake != nil {
+				if acked, written := tg.inStats().Acked, tg.fake.Stats().Topics[tg.out].Sent; acked > 0 && written == 0 {
+					checked <- fmt.Sprintf("%d input messages acked before the window's result was written", acked)
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
+		n := 0
+		// phase sends rows of one kind and waits until the rule ingested
+		// them: the window sees the phases in order.
+		phase := func(kind string, k int) {
+			recs := make([]rmqflow.Record, k)
+			for i := range recs {
+				recs[i] = rmqflow.Record{Tag: tg.tag, Body: fmt.Appendf(nil, `{"n": %d, "kind": %q, "session": %q}`, n, kind, tg.lite(0))}
+				n++
+			}
+			tg.sendRecords(t, recs)
+			want := float64(n)
+			eventually(t, 30*time.Second, kind+" rows ingested", func() (bool, string) {
+				got := srv.metric("state", "source_s_0_records_out_total")
+				return got >= want, fmt.Sprint(got)
+			})
+		}
+		phase("before", 2)          // 0, 1: dropped, no window open
+		phase("begin", 1)           // 2
+		phase("middle", 3)          // 3, 4, 5
+		time.Sleep(2 * time.Second) // waiting for an absence: the open window writes and acks nothing
+		if rows := out.snapshot(); len(rows) > 0 {
+			t.Fatalf("a result was written before the end row: %v", rows[0].body)
+		}
+		if tg.fake != nil {
+			if st := tg.inStats(); st.Acked != 0 || st.InFlight != 6 {
+				t.Fatalf("before the end row: %+v, want 6 in flight, none acked", st)
+			}
+		}
+		phase("end", 1) // 6
+		eventually(t, 60*time.Second, "the window's result written", func() (bool, string) {
+			return len(out.snapshot()) > 0, "none"
+		})
+		rows := out.snapshot()
+		if len(rows) != 1 {
+			t.Fatalf("%d results, want 1: %v", len(rows), rows)
+		}
+		got := map[int]bool{}
+		ns, _ := rows[0].body["ns"].([]any)
+		for _, v := range ns {
+			got[num(v)] = true
+		}
+		if num(rows[0].body["tokens"]) != 5 || len(got) != 5 || !got[2] || !got[6] || got[0] || got[1] {
+			t.Fatalf("result %v, want the 5 rows 2..6 (begin to end)", rows[0].body)
+		}
+		if tg.fake != nil {
+			eventually(t, 30*time.Second, "every message acked, the dropped ones too", func() (bool, string) {
+				st := tg.inStats()
+				return st.Acked == 7 && st.InFlight == 0 && st.Backlog == 0, fmt.Sprintf("%+v", st)
+			})
+			close(stop)
+			if msg, bad := <-checked; bad {
+				t.Fatal(msg)
+			}
+			if st := tg.inStats(); st.DeadLettered != 0 {
+				t.Fatalf("dead-lettered: %+v", st)
+			}
+			return
+		}
+		close(stop)
+		srv.stop()
+		tg.noneComeBack(t, 12*time.Second)
+	})
 }
 
 // TestSessionWindow: SESSIONWINDOW(ss, 10, 2), which the rule check allows:
