@@ -74,8 +74,10 @@ echo "== go test (integrations/beam)"
 # on 127.0.0.1 against rmqfake and the real broker (the rmqflow-sql-* fixtures):
 # a projection, a filter whose dropped rows are acked by progress, a tumbling
 # window written back, a webhook failing for a while behind rocketmq_ack, a
-# SIGKILL mid-stream and restart, a rule refused for its options, a rule whose
-# rows are all dropped settled by the idle check. About 2 min (the tests run in
+# SIGKILL mid-stream and restart (of a projection and of a window rule), a rule
+# refused for its options, a rule whose rows are all dropped settled by the
+# idle check, HAVING, count and session windows, simple mode with a tag filter,
+# secrets kept out of the log. About 2 min (the tests run in
 # parallel), most of it the real broker's redelivery waits. Not under -race: the server
 # under test is a subprocess (a race build would need cgo), so -race would
 # cover only the in-process unit tests.

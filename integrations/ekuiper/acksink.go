@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/lf-edge/ekuiper/contract/v2/api"
+	"github.com/lf-edge/ekuiper/v2/pkg/cast"
 	"github.com/lf-edge/ekuiper/v2/pkg/modules"
 )
 
@@ -46,8 +47,8 @@ func (a *ackSink) Provision(ctx api.StreamContext, configs map[string]any) error
 			if !isObj {
 				return &ConfError{Key: "after." + kind, Reason: "want an object of the sink's properties"}
 			}
-			if kind == "rocketmq" || kind == "rocketmq_ack" {
-				return &ConfError{Key: "after", Reason: kind + " acks by itself: use it as its own action"}
+			if err := wrappedSinkSafe(kind, props); err != nil {
+				return err
 			}
 			newSink, known := modules.Sinks[kind]
 			if !known {
@@ -146,6 +147,32 @@ func (a *ackSink) Close(ctx api.StreamContext) error {
 	ack.close()
 	if a.inner != nil {
 		return a.inner.Close(ctx)
+	}
+	return nil
+}
+
+// wrappedSinkSafe refuses a sink wrapped by rocketmq_ack ("after") whose
+// Collect returns before its rows are durable or delivered: the ack would
+// follow a write that can still be lost. file buffers rows until its roll
+// (rollingInterval, rollingCount) or close; mqtt at qos 0, its default,
+// publishes without waiting for the MQTT broker. (The qos is read as the
+// mqtt sink reads it.) rocketmq and rocketmq_ack ack by themselves.
+func wrappedSinkSafe(kind string, props map[string]any) error {
+	switch kind {
+	case "rocketmq", "rocketmq_ack":
+		return &ConfError{Key: "after", Reason: kind + " acks by itself: use it as its own action"}
+	case "file":
+		return &ConfError{Key: "after.file", Reason: "the file sink buffers rows until it rolls the file or closes, so its rows would be acked before they are written: not safe to ack after"}
+	case "mqtt":
+		var c struct {
+			Qos byte `json:"qos"`
+		}
+		if err := cast.MapToStruct(props, &c); err != nil {
+			return &ConfError{Key: "after.mqtt.qos", Reason: fmt.Sprintf("want 1 or 2: %v", err)}
+		}
+		if c.Qos == 0 {
+			return &ConfError{Key: "after.mqtt.qos", Reason: `at qos 0 (the mqtt sink's default) a publish is not confirmed by the MQTT broker, so its rows would be acked unsent: set "qos": 1 or 2`}
+		}
 	}
 	return nil
 }

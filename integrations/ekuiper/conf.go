@@ -215,18 +215,26 @@ func (p *props) unknown(common map[string]bool) []string {
 
 // connection reads the connection keys shared by the source and the sinks:
 // the reference SQL connector's names (endpoints, namespace, access-key,
-// secret-key, tls-enabled, request-timeout) plus ca-file and
-// access-key-env/secret-key-env.
+// tls-enabled, request-timeout) plus ca-file, access-key-env and
+// secret-key-env; the reference's secret-key is refused (plainSecret).
 func (p *props) connection() rmqflow.Connection {
 	c := rmqflow.Connection{
 		Endpoints:      p.required("endpoints"),
 		Namespace:      p.str("namespace"),
 		RequestTimeout: p.duration("request-timeout"),
 	}
-	ak, sk := p.str("access-key"), p.str("secret-key")
-	// eKuiper logs a source's and an action's properties at info level:
-	// access-key-env and secret-key-env name environment variables instead,
-	// so that the secret stays out of its logs.
+	ak, sk := p.str("access-key"), ""
+	// eKuiper logs a source's configuration section and an action's
+	// properties at info level ("get conf for rocketmq with conf key ...",
+	// "provision source/sink ... with props ..."): the secret key is only
+	// taken from the environment variable secret-key-env names, and a plain
+	// secret-key is refused (without its value in the error).
+	if err := plainSecret(p.m); err != nil {
+		p.used["secret-key"] = true
+		if p.err == nil {
+			p.err = err
+		}
+	}
 	for _, e := range [][2]string{{"access-key-env", "access-key"}, {"secret-key-env", "secret-key"}} {
 		name := p.str(e[0])
 		if name == "" {
@@ -243,14 +251,11 @@ func (p *props) connection() rmqflow.Connection {
 			}
 			ak = v
 		} else {
-			if sk != "" {
-				p.fail(e[0], "secret-key and secret-key-env exclude each other")
-			}
 			sk = v
 		}
 	}
 	if (ak == "") != (sk == "") {
-		p.fail("secret-key", "access-key and secret-key go together")
+		p.fail("secret-key-env", "access-key and the secret key (secret-key-env) go together")
 	}
 	c.Credentials = client.Credentials{AccessKey: ak, AccessSecret: sk}
 	if p.boolean("tls-enabled") {
@@ -272,4 +277,19 @@ func (p *props) connection() rmqflow.Connection {
 		p.fail("ca-file", "needs tls-enabled")
 	}
 	return c
+}
+
+// plainSecret refuses a configuration holding the secret key itself
+// ("secret-key", in any case): eKuiper logs configurations at info level,
+// and stores rules and conf keys as given. The error does not hold the
+// value.
+func plainSecret(m map[string]any) error {
+	for k, v := range m {
+		if !strings.EqualFold(k, "secret-key") || v == nil || v == "" {
+			continue
+		}
+		return &ConfError{Key: k, Reason: "a plain secret key is refused, as eKuiper logs configurations at info level " +
+			"and stores them as given: put it in an environment variable of the server and name that variable in secret-key-env"}
+	}
+	return nil
 }

@@ -69,6 +69,29 @@ func TestParseSource(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "TEST_RMQ_UNSET") || strings.Contains(err.Error(), "sk1") {
 		t.Fatalf("an unset variable: %v", err)
 	}
+	// A plain secret-key is refused (eKuiper logs the configuration), without
+	// its value in the error; secret-key-env is the way.
+	const secret = "S3cr3t-value-never-logged"
+	for _, m := range []map[string]any{
+		{"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "access-key": "ak", "secret-key": secret},
+		{"endpoints": "h:1", "datasource": "t", "consumer-group": "g", "access-key": "ak", "Secret-Key": secret},
+	} {
+		_, _, err := parseSource(m)
+		if err == nil || !strings.Contains(err.Error(), "secret-key-env") || strings.Contains(err.Error(), secret) {
+			t.Errorf("a plain secret-key in the source: %v", err)
+		}
+		if err := NewSource().(interface{ Validate(map[string]any) error }).Validate(m); err == nil ||
+			!strings.Contains(err.Error(), "secret-key-env") || strings.Contains(err.Error(), secret) {
+			t.Errorf("a plain secret-key in a conf key: %v", err)
+		}
+		m["topic"] = "t"
+		if _, _, err := parseSink(m); err == nil || !strings.Contains(err.Error(), "secret-key-env") || strings.Contains(err.Error(), secret) {
+			t.Errorf("a plain secret-key in the sink: %v", err)
+		}
+	}
+	if err := NewSource().(interface{ Validate(map[string]any) error }).Validate(map[string]any{"access-key": "ak", "secret-key-env": "X"}); err != nil {
+		t.Errorf("a conf key with secret-key-env: %v", err)
+	}
 	var ce *ConfError
 	if _, _, err := parseSource(map[string]any{}); !errors.As(err, &ce) {
 		t.Errorf("an empty configuration: %v, want a *ConfError", err)
@@ -224,7 +247,7 @@ func TestCheckRule(t *testing.T) {
 			{"rocketmq_ack": map[string]any{}}, {"rocketmq": map[string]any{"ack": false}}}
 		return r
 	}
-	if n, err := checkRule(good()); err != nil || n != 2 {
+	if n, err := checkRule(good(), ""); err != nil || n != 2 {
 		t.Fatalf("good rule: %d acking sinks, %v; want 2", n, err)
 	}
 	for want, edit := range map[string]func(*ruleDef){
@@ -259,6 +282,16 @@ func TestCheckRule(t *testing.T) {
 		"fields": func(r *ruleDef) {
 			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n"}}}
 		},
+		// A wrapped sink that returns before its rows are durable.
+		"after.file": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"file": map[string]any{"path": "x"}}}}
+		},
+		"after.mqtt.qos": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"mqtt": map[string]any{"topic": "x"}}}}
+		},
+		"after.mqtt.qos ": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"mqtt": map[string]any{"topic": "x", "qos": 0}}}}
+		},
 		// "ack" is read as the sink reads it: "0" is false for both, "F" too.
 		"no action acks ": func(r *ruleDef) {
 			r.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t", "ack": "0"}}, {"rocketmq": map[string]any{"ack": "F"}}}
@@ -266,7 +299,7 @@ func TestCheckRule(t *testing.T) {
 	} {
 		r := good()
 		edit(&r)
-		_, err := checkRule(r)
+		_, err := checkRule(r, "")
 		var re *RuleError
 		if !errors.As(err, &re) || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(strings.TrimSpace(want))) {
 			t.Errorf("%s: %v, want a *RuleError naming it", want, err)
@@ -274,14 +307,98 @@ func TestCheckRule(t *testing.T) {
 	}
 	r := good()
 	r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n", "rocketmq_seq"}, "lingerInterval": 0}}
-	if n, err := checkRule(r); err != nil || n != 2 {
+	if n, err := checkRule(r, ""); err != nil || n != 2 {
 		t.Errorf("fields with rocketmq_seq, lingerInterval 0: %d, %v", n, err)
+	}
+	for _, qos := range []any{1, 2, float64(1)} {
+		r = good()
+		r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{"mqtt": map[string]any{"topic": "x", "qos": qos}}}}
+		if n, err := checkRule(r, ""); err != nil || n != 2 {
+			t.Errorf("rocketmq_ack after mqtt at qos %v: %d, %v", qos, n, err)
+		}
 	}
 	r = good()
 	r.SQL = "SELECT n FROM s GROUP BY COUNTWINDOW(10), TUMBLINGWINDOW(ss, 5)"
 	r.Options.SendMetaToSink = true
-	if _, err := checkRule(r); err != nil {
+	if _, err := checkRule(r, ""); err != nil {
 		t.Errorf("COUNTWINDOW(10) with sendMetaToSink: %v", err)
+	}
+}
+
+// TestCheckRuleHeldBack: where the broker holds a stream's next messages
+// back while earlier ones are in flight (lite mode; a FIFO group in simple
+// mode), COUNTWINDOW(n) and STATEWINDOW are refused: their rows are acked
+// only when they emit, and the rows that would make them emit can be held
+// back behind their own. Time windows are not; a normal group in simple
+// mode takes both. A STATEWINDOW partitioned with OVER (PARTITION BY) is
+// refused everywhere.
+func TestCheckRuleHeldBack(t *testing.T) {
+	lite, _, err := parseSource(map[string]any{"endpoints": "127.0.0.1:1", "datasource": "t", "consumer-group": "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simple, _, err := parseSource(map[string]any{"endpoints": "127.0.0.1:1", "datasource": "t", "consumer-group": "g", "mode": "simple"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := heldBack(simple, false); h != "" {
+		t.Fatalf("a normal group in simple mode holds back: %q", h)
+	}
+	rule := func(window string) ruleDef {
+		var r ruleDef
+		r.ID = "r"
+		r.SQL = "SELECT session, count(*) AS c, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY session, " + window
+		r.Options.DisableBufferFullDiscard = true
+		r.Actions = []map[string]any{{"rocketmq": map[string]any{"topic": "t"}}}
+		return r
+	}
+	for _, c := range []struct {
+		held string
+		want []string
+	}{
+		{heldBack(lite, false), []string{"lite", "TUMBLINGWINDOW", "SESSIONWINDOW", "dead-letter"}},
+		{heldBack(simple, true), []string{"group g is a FIFO group", "TUMBLINGWINDOW"}},
+	} {
+		for w, name := range map[string]string{"COUNTWINDOW(5)": "COUNTWINDOW", "countwindow /* */ (5)": "COUNTWINDOW",
+			"STATEWINDOW(kind = 'begin', kind = 'end')": "STATEWINDOW", "`statewindow`(had_changed(true, kind))": "STATEWINDOW"} {
+			_, err := checkRule(rule(w), c.held)
+			var re *RuleError
+			if !errors.As(err, &re) {
+				t.Errorf("%s, %s: %v, want a *RuleError", w, c.held, err)
+				continue
+			}
+			for _, want := range append(c.want, name) {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: %v, want it naming %q", w, err, want)
+				}
+			}
+		}
+		for _, w := range []string{"TUMBLINGWINDOW(ss, 10)", "SESSIONWINDOW(ss, 10, 2)"} {
+			if _, err := checkRule(rule(w), c.held); err != nil {
+				t.Errorf("%s, %s: %v", w, c.held, err)
+			}
+		}
+	}
+	for _, w := range []string{"COUNTWINDOW(5)", "STATEWINDOW(kind = 'begin', kind = 'end')", "STATEWINDOW(had_changed(true, kind))"} {
+		if _, err := checkRule(rule(w), heldBack(simple, false)); err != nil {
+			t.Errorf("%s in simple mode through a normal group: %v", w, err)
+		}
+	}
+	// A partitioned state window emits each partition on its own, and its
+	// result would ack the other partitions' open rows: refused everywhere.
+	for _, w := range []string{"STATEWINDOW(kind = 'begin', kind = 'end') OVER (PARTITION BY session)",
+		"statewindow(had_changed(true, kind)) over /* */ ( partition -- x\n by session)"} {
+		_, err := checkRule(rule(w), heldBack(simple, false))
+		var re *RuleError
+		if !errors.As(err, &re) || !strings.Contains(err.Error(), "PARTITION BY") {
+			t.Errorf("%s: %v, want a *RuleError naming PARTITION BY", w, err)
+		}
+	}
+	// An analytic function's OVER (PARTITION BY) holds no rows.
+	r := rule("STATEWINDOW(kind = 'begin', kind = 'end')")
+	r.SQL = strings.Replace(r.SQL, "SELECT session,", "SELECT session, lag(kind) OVER (PARTITION BY session) AS prev,", 1)
+	if _, err := checkRule(r, heldBack(simple, false)); err != nil {
+		t.Errorf("lag() OVER (PARTITION BY) beside a STATEWINDOW: %v", err)
 	}
 }
 

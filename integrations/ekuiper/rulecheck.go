@@ -16,6 +16,8 @@ import (
 	"unicode"
 
 	"github.com/lf-edge/ekuiper/contract/v2/api"
+
+	"github.com/rmqflow/rmqflow"
 )
 
 // RuleError is a rule that the rocketmq source refuses to run in ack-mode
@@ -146,6 +148,43 @@ func windowCalls(toks []string) map[string]int {
 	return calls
 }
 
+// statePartitioned reports whether a STATEWINDOW call is followed by
+// OVER (... PARTITION BY ...): a window per partition, each emitting on its
+// own.
+func statePartitioned(toks []string) bool {
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i] != "statewindow" || toks[i+1] != "(" {
+			continue
+		}
+		j, depth := i+2, 0
+		for ; j < len(toks) && depth >= 0; j++ {
+			switch toks[j] {
+			case "(":
+				depth++
+			case ")":
+				depth--
+			}
+		}
+		// toks[j] follows the call's closing parenthesis.
+		if j+1 >= len(toks) || toks[j] != "over" || toks[j+1] != "(" {
+			continue
+		}
+		for k, depth := j+2, 0; k < len(toks) && depth >= 0; k++ {
+			switch toks[k] {
+			case "(":
+				depth++
+			case ")":
+				depth--
+			case "partition":
+				if depth == 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // selectsSeq reports whether the SQL names a column rocketmq_seq ("AS
 // rocketmq_seq").
 func selectsSeq(toks []string) bool {
@@ -173,9 +212,24 @@ func ackingAction(kind string, props map[string]any) bool {
 	return false
 }
 
+// heldBack says why the broker holds back a stream's next messages while
+// earlier ones are in flight (until they are acked): lite mode (one lite
+// topic's messages one after another) or a FIFO consumer group (a queue's);
+// "" for a normal group in simple mode, which gets what the topic has.
+func heldBack(c sourceConf, fifoGroup bool) string {
+	switch {
+	case c.src.Mode == rmqflow.ModeLite:
+		return "the stream is in lite mode: the broker delivers a lite topic's next message only once the one in flight is acked"
+	case fifoGroup:
+		return fmt.Sprintf("the stream's consumer group %s is a FIFO group: the broker delivers a queue's next messages only once those in flight are acked", c.src.Group)
+	}
+	return ""
+}
+
 // checkRule reads the rule's definition and returns how many acking sinks it
-// has, or a *RuleError naming what would let it lose rows.
-func checkRule(r ruleDef) (int, error) {
+// has, or a *RuleError naming what would let it lose rows. held is
+// heldBack's answer for the rule's stream.
+func checkRule(r ruleDef, held string) (int, error) {
 	fail := func(format string, args ...any) (int, error) {
 		return 0, &RuleError{Rule: r.ID, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -195,6 +249,16 @@ func checkRule(r ruleDef) (int, error) {
 	toks := sqlTokens(r.SQL)
 	for name, args := range windowCalls(toks) {
 		switch {
+		case name == "countwindow" && args <= 1 && held != "":
+			return fail("COUNTWINDOW(n) can wait for ever here: %s, and the window acks its rows only when it emits, after n rows; "+
+				"while fewer than n messages are in flight it cannot fill, and its messages wait for pending-max-age (1 h), come back and end in the dead-letter queue. "+
+				"Use TUMBLINGWINDOW or SESSIONWINDOW (COUNTWINDOW(n) is allowed in simple mode through a group that is not FIFO)", held)
+		case name == "statewindow" && held != "":
+			return fail("STATEWINDOW can wait for ever here: %s, and the window acks its rows only when a row meets its emit condition; "+
+				"that row can be one the broker holds back behind the window's own rows (a session's end behind its begin), and then its messages wait for pending-max-age (1 h), come back and end in the dead-letter queue. "+
+				"Use TUMBLINGWINDOW or SESSIONWINDOW (STATEWINDOW is allowed in simple mode through a group that is not FIFO)", held)
+		case name == "statewindow" && statePartitioned(toks):
+			return fail("STATEWINDOW ... OVER (PARTITION BY ...) emits each partition on its own: a partition's result would ack the rows other partitions hold in their open windows; use STATEWINDOW without PARTITION BY")
 		case name == "tumblingwindow" || name == "sessionwindow" || name == "statewindow":
 		case name == "countwindow" && args <= 1:
 		case name == "countwindow":
@@ -225,6 +289,14 @@ func checkRule(r ruleDef) (int, error) {
 			ackingActionKeys(p)
 			if p.err != nil {
 				return fail("action %d (%s): %v", i, kind, p.err)
+			}
+			if after, ok := props["after"].(map[string]any); ok && kind == "rocketmq_ack" {
+				for k, v := range after {
+					inner, _ := v.(map[string]any)
+					if err := wrappedSinkSafe(k, inner); err != nil {
+						return fail("action %d (%s): %v", i, kind, err)
+					}
+				}
 			}
 			n++
 		}

@@ -17,8 +17,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // startOn starts rmqflow-sql with a "test" source section for tg and a
@@ -233,75 +231,8 @@ func TestAllDroppedAckedWhenIdle(t *testing.T) {
 func TestWindowCountAckedAfterWrite(t *testing.T) {
 	t.Parallel()
 	eachTarget(t, "w", func(t *testing.T, tg *target) {
-		srv := startOn(t, tg, "")
-		srv.stream("s", tg.in, "test")
-		out := tg.readOut(t)
-		srv.rule("counts", `SELECT meta(rocketmq_lite_topic) AS session, count(*) AS tokens, max(meta(rocketmq_seq)) AS rocketmq_seq
-			FROM s GROUP BY meta(rocketmq_lite_topic), TUMBLINGWINDOW(ss, 3)`, []map[string]any{tg.sinkAction(nil)}, nil)
-		srv.waitRunning("counts")
-		stop := make(chan struct{})
-		checked := make(chan string, 1)
-		if tg.fake != nil {
-			// The invariant, sampled while the rule runs: acks follow writes.
-			go func() {
-				defer close(checked)
-				for {
-					acked := tg.inStats().Acked
-					written := tg.fake.Stats().Topics[tg.out].Sent
-					if acked > 0 && written == 0 {
-						checked <- fmt.Sprintf("%d input messages acked before any window result was written", acked)
-						return
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(10 * time.Millisecond):
-					}
-				}
-			}()
-		} else {
-			close(checked)
-		}
-		const sessions, per = 3, 10
-		tg.send(t, rowsN(sessions*per, func(i int) map[string]any { return map[string]any{"word": i} }),
-			func(i int) string { return tg.lite(i % sessions) })
-		eventually(t, 60*time.Second, "every message counted", func() (bool, string) {
-			sum := map[string]int{}
-			for _, r := range out.snapshot() {
-				sum[r.lite] += num(r.body["tokens"])
-			}
-			for s := 0; s < sessions; s++ {
-				if sum[tg.lite(s)] < per {
-					return false, fmt.Sprint(sum)
-				}
-			}
-			return true, ""
-		})
-		sum := map[string]int{}
-		for _, r := range out.snapshot() {
-			if r.body["session"] != r.lite {
-				t.Fatalf("result %v in lite topic %s", r.body, r.lite)
-			}
-			sum[r.lite] += num(r.body["tokens"])
-		}
-		for s := 0; s < sessions; s++ {
-			if sum[tg.lite(s)] != per {
-				t.Errorf("session %s counted %d, want %d", tg.lite(s), sum[tg.lite(s)], per)
-			}
-		}
-		if tg.fake != nil {
-			eventually(t, 30*time.Second, "every message acked", func() (bool, string) {
-				c := tg.inStats()
-				return c.Acked == sessions*per && c.InFlight == 0, fmt.Sprintf("%+v", c)
-			})
-			close(stop)
-			if msg, bad := <-checked; bad {
-				t.Fatal(msg)
-			}
-			return
-		}
-		srv.stop()
-		tg.noneComeBack(t, 12*time.Second)
+		windowCounts(t, tg, windowCase{sql: `SELECT meta(rocketmq_lite_topic) AS session, count(*) AS tokens, max(meta(rocketmq_seq)) AS rocketmq_seq
+			FROM s GROUP BY meta(rocketmq_lite_topic), TUMBLINGWINDOW(ss, 3)`, sessions: 3, per: 10})
 	})
 }
 
@@ -470,14 +401,8 @@ func TestKilledMidStream(t *testing.T) {
 // status names the option, and no message is received.
 func TestUnsafeRuleRefused(t *testing.T) {
 	t.Parallel()
-	f := rmqfake.NewForTest(t)
-	tg := &target{endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", fake: f, run: "s"}
-	if err := f.CreateTopic("in", rmqfake.TopicLite); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.CreateGroup("in-g", rmqfake.LiteBind("in"), rmqfake.Wildcard()); err != nil {
-		t.Fatal(err)
-	}
+	tg := fakeTarget(t, "s", false)
+	f := tg.fake
 	srv := startOn(t, tg, "")
 	srv.stream("s", tg.in, "test")
 	srv.rule("unsafe", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", []map[string]any{tg.sinkAction(nil)},
@@ -485,17 +410,42 @@ func TestUnsafeRuleRefused(t *testing.T) {
 	// A sink-side batching node (it counts held rows processed), and an
 	// overlapping window hidden from a text search by a comment.
 	// (eKuiper provisions the sinks when the rule is created: refused then.)
-	b, _ := json.Marshal(map[string]any{"id": "batched", "sql": "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s",
-		"actions": []map[string]any{tg.sinkAction(map[string]any{"batchSize": 10, "lingerInterval": 1000})},
-		"options": map[string]any{"disableBufferFullDiscard": true}})
-	resp, err := http.Post("http://"+srv.addr+"/rules", "application/json", strings.NewReader(string(b)))
-	if err != nil {
-		t.Fatal(err)
+	// A wrapped sink that returns before its rows are durable or delivered
+	// (file buffers until its roll; mqtt at qos 0, its default, fires and
+	// forgets) is refused too; mqtt at qos 1 is created ("triggered": false:
+	// not started, but provisioned all the same).
+	ackAfter := func(kind string, props map[string]any) map[string]any {
+		return map[string]any{"rocketmq_ack": map[string]any{"after": map[string]any{kind: props}}}
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode/100 == 2 || !strings.Contains(string(body), "batchSize") {
-		t.Fatalf("a rule with batchSize on an acking action: %s %s", resp.Status, body)
+	mqttProps := func(qos ...int) map[string]any {
+		m := map[string]any{"server": "tcp://127.0.0.1:1", "topic": "out"}
+		if len(qos) > 0 {
+			m["qos"] = qos[0]
+		}
+		return m
+	}
+	for i, c := range []struct {
+		action map[string]any
+		want   string
+	}{
+		{tg.sinkAction(map[string]any{"batchSize": 10, "lingerInterval": 1000}), "batchSize"},
+		{ackAfter("file", map[string]any{"path": t.TempDir() + "/out.jsonl"}), "file"},
+		{ackAfter("mqtt", mqttProps()), "qos"},
+		{ackAfter("mqtt", mqttProps(0)), "qos"},
+		{ackAfter("mqtt", mqttProps(1)), ""},
+	} {
+		code, body := srv.try(http.MethodPost, "/rules", map[string]any{"id": fmt.Sprint("created", i),
+			"sql": "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", "triggered": false,
+			"actions": []map[string]any{c.action}, "options": map[string]any{"disableBufferFullDiscard": true}})
+		if c.want == "" {
+			if code/100 != 2 {
+				t.Errorf("action %v: %d %s, want it created", c.action, code, body)
+			}
+			continue
+		}
+		if code/100 == 2 || !strings.Contains(string(body), c.want) {
+			t.Errorf("action %v: %d %s, want it refused naming %s", c.action, code, body, c.want)
+		}
 	}
 	srv.rule("hopping", "SELECT count(*) AS c, max(meta(rocketmq_seq)) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)",
 		[]map[string]any{tg.sinkAction(nil)}, nil)
@@ -561,14 +511,8 @@ func TestStartRefusals(t *testing.T) {
 // a window the checked SQL has not) or the new one; nothing is acked.
 func TestUpdatedRuleChecked(t *testing.T) {
 	t.Parallel()
-	f := rmqfake.NewForTest(t)
-	tg := &target{endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", fake: f, run: "u"}
-	if err := f.CreateTopic("in", rmqfake.TopicLite); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.CreateGroup("in-g", rmqfake.LiteBind("in"), rmqfake.Wildcard()); err != nil {
-		t.Fatal(err)
-	}
+	tg := fakeTarget(t, "u", false)
+	f := tg.fake
 	srv := startOn(t, tg, "")
 	srv.stream("s", tg.in, "test")
 	srv.rule("upd", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s", []map[string]any{tg.sinkAction(map[string]any{"topic": "nowhere"})}, nil)

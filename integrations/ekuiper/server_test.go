@@ -128,6 +128,16 @@ func (s *server) kill() {
 // call sends a REST request and fails the test unless it answers 2xx.
 func (s *server) call(method, path string, body any) []byte {
 	s.t.Helper()
+	code, out := s.try(method, path, body)
+	if code/100 != 2 {
+		s.t.Fatalf("%s %s: %d: %s\nserver log:\n%s", method, path, code, out, s.log)
+	}
+	return out
+}
+
+// try sends a REST request and returns its status code and body.
+func (s *server) try(method, path string, body any) (int, []byte) {
+	s.t.Helper()
 	var r io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -147,10 +157,7 @@ func (s *server) call(method, path string, body any) []byte {
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		s.t.Fatalf("%s %s: %s: %s\nserver log:\n%s", method, path, resp.Status, out, s.log)
-	}
-	return out
+	return resp.StatusCode, out
 }
 
 // stream creates a rocketmq stream reading datasource with the source

@@ -149,6 +149,10 @@ type sink struct {
 // NewSink returns a new "rocketmq" sink (modules.RegisterSink).
 func NewSink() api.Sink { return &sink{} }
 
+// Validate is eKuiper's check of a sink conf key added over its REST API:
+// one that holds a plain secret-key is refused before it is stored.
+func (k *sink) Validate(props map[string]any) error { return plainSecret(props) }
+
 func (k *sink) Provision(ctx api.StreamContext, configs map[string]any) error {
 	c, unknown, err := parseSink(configs)
 	if err != nil {

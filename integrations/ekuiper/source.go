@@ -198,6 +198,11 @@ type session struct {
 // NewSource returns a new "rocketmq" source (modules.RegisterSource).
 func NewSource() api.Source { return &source{} }
 
+// Validate is eKuiper's check of a conf key added over its REST API
+// (PUT /metadata/sources/rocketmq/confKeys/{key}): one that holds a plain
+// secret-key is refused before it is stored.
+func (s *source) Validate(props map[string]any) error { return plainSecret(props) }
+
 func (s *source) Provision(ctx api.StreamContext, configs map[string]any) error {
 	c, unknown, err := parseSource(configs)
 	if err != nil {
@@ -233,7 +238,11 @@ func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) err
 		if err != nil {
 			return fail(err)
 		}
-		n, err := checkRule(def)
+		held, err := s.heldBack(ctx, def)
+		if err != nil {
+			return fail(err)
+		}
+		n, err := checkRule(def, held)
 		if err != nil {
 			return fail(err)
 		}
@@ -262,6 +271,43 @@ func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) err
 	s.mu.Unlock()
 	sch(api.ConnectionConnected, "")
 	return nil
+}
+
+// heldBack is heldBack's answer for this stream and rule. In simple mode,
+// and only when the rule's SQL has a window that waits for rows
+// (COUNTWINDOW, STATEWINDOW), it asks the broker whether the consumer group is a FIFO
+// group: the settings the broker answers a consumer session with say so.
+func (s *source) heldBack(ctx context.Context, def ruleDef) (string, error) {
+	if s.conf.src.Mode != rmqflow.ModeSimple {
+		return heldBack(s.conf, false), nil
+	}
+	calls := windowCalls(sqlTokens(def.SQL))
+	if _, ok := calls["countwindow"]; !ok {
+		if _, ok := calls["statewindow"]; !ok {
+			return "", nil
+		}
+	}
+	conn := s.conf.src.Connection
+	c, err := client.New(client.Config{Endpoints: conn.Endpoints, Namespace: conn.Namespace, Credentials: conn.Credentials,
+		TLS: conn.TLS, RequestTimeout: conn.RequestTimeout})
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = c.Close(cctx)
+	}()
+	sess, err := c.OpenSession(ctx, client.SessionConfig{Type: client.SimpleConsumer, Group: s.conf.src.Group,
+		Subscriptions: []client.Subscription{{Topic: s.conf.src.Topic, Filter: s.conf.src.Filter}}})
+	if err != nil {
+		return "", fmt.Errorf("rocketmq: asking whether group %s is a FIFO group: %w", s.conf.src.Group, err)
+	}
+	fifo := sess.Settings().GetSubscription().GetFifo()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = sess.Close(cctx)
+	return heldBack(s.conf, fifo), nil
 }
 
 // open starts an rmqflow source (and its throttle).

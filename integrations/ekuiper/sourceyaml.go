@@ -1,5 +1,15 @@
 package rmqkuiper
 
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+
+	"gopkg.in/yaml.v3"
+)
+
 // DefaultSourceYAML is etc/sources/rocketmq.yaml as rmqflow-sql writes it on
 // first start: the "default" section every rocketmq stream starts from
 // (CONF_KEY names another section to overlay it), with each key and its
@@ -11,7 +21,9 @@ default:
   endpoints: 127.0.0.1:8081
   # namespace: ""
   # access-key: ""
-  # secret-key: ""
+  # the secret key, from the server's environment: the name of the variable
+  # holding it (a plain secret-key is refused: eKuiper logs this section)
+  # secret-key-env: ""
   # tls-enabled: false
   # ca-file: ""
   # request-timeout: 3s
@@ -40,3 +52,32 @@ default:
   # throttle-min-count: 10
   # throttle-defer: 10s
 `
+
+// CheckSourceFile refuses an etc/sources/rocketmq.yaml (or .json) in which
+// a section holds a plain secret-key: eKuiper logs a stream's section at
+// info level each time a rule's source starts, before the source sees it.
+// rmqflow-sql calls it before it starts eKuiper; a missing file is fine.
+// The error does not hold the secret.
+func CheckSourceFile(path string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var sections map[string]map[string]any
+	if err := yaml.Unmarshal(b, &sections); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	names := make([]string, 0, len(sections))
+	for name := range sections {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if err := plainSecret(sections[name]); err != nil {
+			return fmt.Errorf("%s: section %s: %w", path, name, err)
+		}
+	}
+	return nil
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
@@ -30,34 +31,92 @@ type target struct {
 	fake *rmqfake.Server
 	// run prefixes the lite topics of this run.
 	run string
+	// simple: the in topic is a normal topic read in the source's simple
+	// mode (its group a plain one) with the tag filter tag; the out topic
+	// stays LITE. The rows' "session" field tells this run's apart.
+	simple bool
+	tag    string
 }
 
 // eachTarget runs fn on rmqfake, then on the real broker if there is one.
 // The rule tests run in parallel (go test's -parallel, GOMAXPROCS by
 // default): each has its own server, fake and fixture topics.
 func eachTarget(t *testing.T, scenario string, fn func(t *testing.T, tg *target)) {
+	eachTargetOf(t, scenario, false, fn)
+}
+
+// eachTargetOf is eachTarget with the in topic a normal one read in simple
+// mode when simple is set.
+func eachTargetOf(t *testing.T, scenario string, simple bool, fn func(t *testing.T, tg *target)) {
 	t.Run("rmqfake", func(t *testing.T) {
-		f := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
-		tg := &target{name: "rmqfake", endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", outG: "out-g", fake: f, run: "s"}
-		for _, p := range [][2]string{{tg.in, tg.inG}, {tg.out, tg.outG}} {
-			if err := f.CreateTopic(p[0], rmqfake.TopicLite); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.CreateGroup(p[1], rmqfake.LiteBind(p[0]), rmqfake.Wildcard()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		fn(t, tg)
+		fn(t, fakeTarget(t, "s", simple))
 	})
+	// Tests sharing a fixture take turns on the broker: one consumer group,
+	// whose messages would otherwise be split between their rules (and a
+	// tag filter in one would pass over the other's messages).
+	mu, _ := fixtureTurns.LoadOrStore(scenario, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	t.Run("broker", func(t *testing.T) {
 		if os.Getenv(rmqtest.EnvEndpoint) == "" {
 			t.Skipf("%s is not set: no real broker", rmqtest.EnvEndpoint)
 		}
 		base := "rmqflow-sql-" + scenario
 		tg := &target{name: "broker", endpoint: rmqtest.Endpoint(t), in: base, inG: base + "-g", out: base + "-out",
-			outG: base + "-out-g", run: rmqtest.Unique("s")}
+			outG: base + "-out-g", run: rmqtest.Unique("s"), simple: simple}
+		tg.requireFixtures(t)
 		fn(t, tg)
 	})
+}
+
+// fixtureTurns holds a mutex per fixture scenario (eachTargetOf).
+var fixtureTurns sync.Map
+
+// fakeTarget is an rmqfake with the in and out topics and groups; run
+// prefixes the lite topics.
+func fakeTarget(t *testing.T, run string, simple bool) *target {
+	t.Helper()
+	f := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
+	tg := &target{name: "rmqfake", endpoint: f.Addr(), in: "in", inG: "in-g", out: "out", outG: "out-g", fake: f, run: run, simple: simple}
+	for _, p := range [][2]string{{tg.in, tg.inG}, {tg.out, tg.outG}} {
+		if simple && p[0] == tg.in {
+			if err := f.CreateTopic(p[0], rmqfake.TopicNormal); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.CreateGroup(p[1]); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := f.CreateTopic(p[0], rmqfake.TopicLite); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.CreateGroup(p[1], rmqfake.LiteBind(p[0]), rmqfake.Wildcard()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tg
+}
+
+// requireFixtures skips a real-broker test whose fixture topics the broker
+// does not have yet (scripts/rocketmq.sh creates the fixtures of
+// scripts/rocketmq/fixtures.txt when it starts, and applies an edited file
+// again on the next make test).
+func (tg *target) requireFixtures(t *testing.T) {
+	t.Helper()
+	c, err := client.New(client.Config{Endpoints: tg.endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for _, topic := range []string{tg.in, tg.out} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		_, err := c.QueryRoute(ctx, topic)
+		cancel()
+		if err != nil {
+			t.Skipf("the broker has no fixture topic %s (scripts/rocketmq/fixtures.txt; make test creates it): %v", topic, err)
+		}
+	}
 }
 
 // lite names lite topic i of this run.
@@ -68,8 +127,12 @@ func (tg *target) ours(lite string) bool { return strings.HasPrefix(lite, tg.run
 
 // sourceSection is the rocketmq.yaml section the tests' streams use.
 func (tg *target) sourceSection() map[string]any {
-	return map[string]any{"endpoints": tg.endpoint, "consumer-group": tg.inG, "await-duration": "5s",
+	m := map[string]any{"endpoints": tg.endpoint, "consumer-group": tg.inG, "await-duration": "5s",
 		"invisible-duration": "10s", "renewal-ahead-time": "3s"}
+	if tg.simple {
+		m["mode"], m["filter-type"], m["filter-expression"] = "simple", "tag", tg.tag
+	}
+	return m
 }
 
 // sinkAction is a rocketmq action writing to the out topic, one lite topic
@@ -92,12 +155,6 @@ func (tg *target) send(t *testing.T, rows []map[string]any, lite func(i int) str
 // sendWith is send with user properties per row.
 func (tg *target) sendWith(t *testing.T, rows []map[string]any, lite func(i int) string, props func(i int) map[string]string) {
 	t.Helper()
-	ctx := t.Context()
-	s, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: tg.endpoint}, Topic: tg.in})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.WithoutCancel(ctx))
 	recs := make([]rmqflow.Record, len(rows))
 	for i, r := range rows {
 		b, _ := json.Marshal(r)
@@ -109,6 +166,18 @@ func (tg *target) sendWith(t *testing.T, rows []map[string]any, lite func(i int)
 			recs[i].Properties = props(i)
 		}
 	}
+	tg.sendRecords(t, recs)
+}
+
+// sendRecords produces records into the in topic.
+func (tg *target) sendRecords(t *testing.T, recs []rmqflow.Record) {
+	t.Helper()
+	ctx := t.Context()
+	s, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: tg.endpoint}, Topic: tg.in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.WithoutCancel(ctx))
 	_, errs := s.Send(ctx, recs...)
 	for _, err := range errs {
 		if err != nil {
@@ -143,9 +212,14 @@ func (tg *target) readOut(t *testing.T) *reader {
 // leaving them otherwise.
 func (tg *target) read(t *testing.T, topic, group string, ack bool) *reader {
 	t.Helper()
-	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: tg.endpoint},
+	cfg := rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: tg.endpoint},
 		Lite: []rmqflow.LiteBinding{{Topic: topic, Group: group}}, AwaitDuration: 5 * time.Second,
-		InvisibleDuration: 10 * time.Second}, rmqflow.BytesDecoder())
+		InvisibleDuration: 10 * time.Second}
+	simple := tg.simple && topic == tg.in
+	if simple {
+		cfg.Mode, cfg.Lite, cfg.Topic, cfg.Group, cfg.Filter = rmqflow.ModeSimple, nil, topic, group, client.TagFilter(tg.tag)
+	}
+	src, err := rmqflow.NewSource(cfg, rmqflow.BytesDecoder())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,11 +240,11 @@ func (tg *target) read(t *testing.T, topic, group string, ack bool) *reader {
 			if ack {
 				_ = src.Acker().Ack(ctx, m.Handle)
 			}
-			if !tg.ours(m.Meta.LiteTopic) {
-				continue
-			}
 			var body map[string]any
 			_ = json.Unmarshal(m.Value, &body)
+			if session, _ := body["session"].(string); !tg.ours(m.Meta.LiteTopic) && !(simple && tg.ours(session)) {
+				continue
+			}
 			r.mu.Lock()
 			r.rows = append(r.rows, outRow{lite: m.Meta.LiteTopic, body: body, attempt: m.Meta.DeliveryAttempt})
 			r.mu.Unlock()

@@ -105,6 +105,13 @@ func prepare() error {
 	}); err != nil {
 		return err
 	}
+	// eKuiper logs a stream's configuration section when a rule starts: a
+	// plain secret-key there is refused before anything is logged.
+	for _, name := range []string{"rocketmq.yaml", "rocketmq.json"} {
+		if err := rmqkuiper.CheckSourceFile(filepath.Join(home, "etc", "sources", name)); err != nil {
+			return err
+		}
+	}
 	host, port := "127.0.0.1", "9081"
 	if rest := os.Getenv("RMQFLOW_SQL_REST"); rest != "" {
 		h, p, err := net.SplitHostPort(rest)
