@@ -51,12 +51,6 @@ func eachTargetOf(t *testing.T, scenario string, simple bool, fn func(t *testing
 	t.Run("rmqfake", func(t *testing.T) {
 		fn(t, fakeTarget(t, "s", simple))
 	})
-	// Tests sharing a fixture take turns on the broker: one consumer group,
-	// whose messages would otherwise be split between their rules (and a
-	// tag filter in one would pass over the other's messages).
-	mu, _ := fixtureTurns.LoadOrStore(scenario, &sync.Mutex{})
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
 	t.Run("broker", func(t *testing.T) {
 		if os.Getenv(rmqtest.EnvEndpoint) == "" {
 			t.Skipf("%s is not set: no real broker", rmqtest.EnvEndpoint)
@@ -68,9 +62,6 @@ func eachTargetOf(t *testing.T, scenario string, simple bool, fn func(t *testing
 		fn(t, tg)
 	})
 }
-
-// fixtureTurns holds a mutex per fixture scenario (eachTargetOf).
-var fixtureTurns sync.Map
 
 // fakeTarget is an rmqfake with the in and out topics and groups; run
 // prefixes the lite topics.
@@ -98,10 +89,10 @@ func fakeTarget(t *testing.T, run string, simple bool) *target {
 	return tg
 }
 
-// requireFixtures skips a real-broker test whose fixture topics the broker
-// does not have yet (scripts/rocketmq.sh creates the fixtures of
-// scripts/rocketmq/fixtures.txt when it starts, and applies an edited file
-// again on the next make test).
+// requireFixtures fails a real-broker test whose fixture topics the broker
+// does not have (scripts/rocketmq.sh creates the fixtures of
+// scripts/rocketmq/fixtures.txt when it starts; on a broker started before
+// the file was edited, run scripts/rocketmq.sh apply scripts/rocketmq/fixtures.txt).
 func (tg *target) requireFixtures(t *testing.T) {
 	t.Helper()
 	c, err := client.New(client.Config{Endpoints: tg.endpoint})
@@ -114,7 +105,7 @@ func (tg *target) requireFixtures(t *testing.T) {
 		_, err := c.QueryRoute(ctx, topic)
 		cancel()
 		if err != nil {
-			t.Skipf("the broker has no fixture topic %s (scripts/rocketmq/fixtures.txt; make test creates it): %v", topic, err)
+			t.Fatalf("the broker has no fixture topic %s (scripts/rocketmq/fixtures.txt; scripts/rocketmq.sh apply scripts/rocketmq/fixtures.txt creates it): %v", topic, err)
 		}
 	}
 }

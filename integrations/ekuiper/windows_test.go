@@ -113,7 +113,7 @@ func (s *server) metric(id, key string) float64 {
 // result was written. No message is acked before a result was written.
 func TestCountWindow(t *testing.T) {
 	t.Parallel()
-	eachTargetOf(t, "m", true, func(t *testing.T, tg *target) {
+	eachTargetOf(t, "mc", true, func(t *testing.T, tg *target) {
 		tg.tag = "count"
 		srv := startOn(t, tg, "")
 		srv.stream("s", tg.in, "test")
@@ -292,7 +292,7 @@ func TestWaitingWindowRefused(t *testing.T) {
 // before the result was written.
 func TestStateWindow(t *testing.T) {
 	t.Parallel()
-	eachTargetOf(t, "m", true, func(t *testing.T, tg *target) {
+	eachTargetOf(t, "ms", true, func(t *testing.T, tg *target) {
 		tg.tag = "state"
 		srv := startOn(t, tg, "")
 		srv.stream("s", tg.in, "test")
