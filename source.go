@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -316,31 +317,39 @@ type binding struct {
 	// Re-joining an idle wildcard group (SourceConfig.LiteRejoinAfter).
 	rmu        sync.Mutex
 	emptySince time.Time     // start of the current run of empty receives (or the last re-join); zero: none
+	lastMsg    time.Time     // when the last receive with messages was answered
 	rejoinWait time.Duration // how long the run must last for the next re-join
 }
 
 // rejoinDue records a receive of n messages, polled at polledAt and answered
 // at now, and reports whether the binding's receives have been empty long
-// enough to re-join its group; the wait for the next re-join then doubles,
-// up to max. A message ends the run and resets the wait to base. Time spent
+// enough to re-join its group, and whether this is the first re-join since
+// messages stopped coming; the wait for the next re-join then doubles, up to
+// max. A message ends the run and resets the wait to base. A run starts no
+// earlier than the last message another fetcher received, and time spent
 // not receiving (a full queue) does not count.
-func (b *binding) rejoinDue(polledAt, now time.Time, n int, base, max time.Duration) bool {
+func (b *binding) rejoinDue(polledAt, now time.Time, n int, base, max time.Duration) (due, first bool) {
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
 	if n > 0 || b.rejoinWait == 0 {
 		b.emptySince, b.rejoinWait = time.Time{}, base
 	}
 	if n > 0 {
-		return false
+		b.lastMsg = now
+		return false, false
 	}
 	if b.emptySince.IsZero() {
 		b.emptySince = polledAt
+		if b.lastMsg.After(polledAt) {
+			b.emptySince = b.lastMsg
+		}
 	}
 	if now.Sub(b.emptySince) < b.rejoinWait {
-		return false
+		return false, false
 	}
+	first = b.rejoinWait == base
 	b.emptySince, b.rejoinWait = now, min(2*b.rejoinWait, max)
-	return true
+	return true, first
 }
 
 // outage records a failed receive at now and returns how long the binding
@@ -592,18 +601,25 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		}
 		b.received()
 		bo.Reset()
-		if b.lite && len(b.exact) == 0 && s.cfg.LiteRejoinAfter > 0 &&
-			b.rejoinDue(polledAt, s.clk.now(), len(msgs), s.cfg.LiteRejoinAfter, maxLiteRejoinAfter) {
-			s.rejoin(ctx, b)
+		if b.lite && len(b.exact) == 0 && s.cfg.LiteRejoinAfter > 0 {
+			if due, first := b.rejoinDue(polledAt, s.clk.now(), len(msgs), s.cfg.LiteRejoinAfter, maxLiteRejoinAfter); due {
+				s.rejoin(ctx, b, first)
+			}
 		}
 	}
 }
 
-// rejoin re-joins b's wildcard group (SourceConfig.LiteRejoinAfter). A
-// failure is logged: the periodic COMPLETE_ADD puts the session back in the
-// group within LiteSyncInterval if the COMPLETE_ADD half failed.
-func (s *Source[T]) rejoin(ctx context.Context, b *binding) {
-	s.log.Info("rmqflow: lite binding received nothing; re-joining its group so that the broker looks for its backlog again",
+// rejoin re-joins b's wildcard group (SourceConfig.LiteRejoinAfter), logged
+// at Info the first time after messages stopped coming and at Debug while
+// the binding stays idle. A failure is logged: the periodic COMPLETE_ADD
+// puts the session back in the group within LiteSyncInterval if the
+// COMPLETE_ADD half failed.
+func (s *Source[T]) rejoin(ctx context.Context, b *binding, first bool) {
+	level := slog.LevelDebug
+	if first {
+		level = slog.LevelInfo
+	}
+	s.log.Log(ctx, level, "rmqflow: lite binding received nothing; re-joining its group so that the broker looks for its backlog again",
 		"topic", b.topic, "group", b.group)
 	if err := b.sess.Rejoin(ctx, b.topic); err != nil && ctx.Err() == nil {
 		s.log.Warn("rmqflow: re-joining the lite group failed", "topic", b.topic, "group", b.group, "err", err)
