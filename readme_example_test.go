@@ -147,6 +147,11 @@ func TestReadmeExample(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// One body that does not decode: the example must neither work on it
+	// (its Value is the zero Turn) nor ack it (that would drop it).
+	if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "session-bad", Body: []byte(`not json`)}).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
 	_ = sink.Close(ctx)
 
 	run := exec.CommandContext(ctx, bin)
@@ -158,7 +163,10 @@ func TestReadmeExample(t *testing.T) {
 	}
 	g := s.Stats().Groups["chat-workers"]
 	if g.Acked != n {
-		t.Errorf("acked %d of %d messages (in flight %d); output:\n%s", g.Acked, n, g.InFlight, out)
+		t.Errorf("acked %d messages, want the %d that decoded (in flight %d); output:\n%s", g.Acked, n, g.InFlight, out)
+	}
+	if !strings.Contains(string(out), "undecodable") {
+		t.Errorf("the example did not log the body that does not decode; output:\n%s", out)
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.Contains(line, " ack ") || strings.Contains(line, "ERROR") { // a failed ack logs "ack <handle>: <error>"
