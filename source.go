@@ -99,15 +99,17 @@ type SourceConfig struct {
 	// LiteRejoinAfter is how long a wildcard lite binding's receives may
 	// come back empty before it re-joins its group (client.Session.Rejoin:
 	// COMPLETE_REMOVE, then COMPLETE_ADD), which makes the broker look for
-	// the group's lite backlog again. RocketMQ 5.5.0 looks only when a
-	// client joins or a message finds no client, and a client that joined
-	// while the broker's member list was stale (or while dead clients of
-	// the group still drew its events) can wait minutes for a backlog that
-	// is there (docs/broker-semantics.md). While nothing comes the wait
-	// doubles after each re-join, up to 5 min; a received message brings it
-	// back. Default 30 s, at least 10 s; negative: never. Bindings of exact lite topics
-	// never re-join. Each re-join costs the broker a pass over the main
-	// topic's lite topics.
+	// the group's lite backlog again, 5 to 15 s later. RocketMQ 5.5.0 looks
+	// when a client joins, and otherwise only when a message finds members
+	// of which none takes it, so a consumer can wait long for a backlog that
+	// is there (docs/broker-semantics.md, scenario v: once 90 s, beside
+	// killed clients of its group). An idle run re-joins at most 4 times,
+	// the wait doubling each time (30 s, then 60, 120 and 240 s more), and
+	// then waits for a message; a message ends the run. Default 30 s, at
+	// least 10 s; negative (or Forever): never. Bindings of exact lite
+	// topics never re-join. Each re-join costs the broker a pass over its
+	// lite topics, and a message that arrives between the two calls may
+	// wait for that pass.
 	LiteRejoinAfter time.Duration
 }
 
@@ -119,9 +121,11 @@ const (
 	DefaultMaxOutage   = 5 * time.Minute
 	DefaultMaxQueueAge = 30 * time.Minute
 	// DefaultLiteRejoinAfter is SourceConfig.LiteRejoinAfter's default;
-	// maxLiteRejoinAfter bounds its doubling.
+	// maxLiteRejoins bounds the re-joins of one idle run (30 s, 90 s, 210 s
+	// and 450 s into it by default: past the 2.5 to 5 min a killed client of
+	// the group stays a member on 5.5.0).
 	DefaultLiteRejoinAfter = 30 * time.Second
-	maxLiteRejoinAfter     = 5 * time.Minute
+	maxLiteRejoins         = 4
 )
 
 func (c SourceConfig) withDefaults() SourceConfig {
@@ -319,20 +323,22 @@ type binding struct {
 	emptySince time.Time     // start of the current run of empty receives (or the last re-join); zero: none
 	lastMsg    time.Time     // when the last receive with messages was answered
 	rejoinWait time.Duration // how long the run must last for the next re-join
+	rejoins    int           // re-joins in the current idle run
 }
 
 // rejoinDue records a receive of n messages, polled at polledAt and answered
 // at now, and reports whether the binding's receives have been empty long
-// enough to re-join its group, and whether this is the first re-join since
-// messages stopped coming; the wait for the next re-join then doubles, up to
-// max. A message ends the run and resets the wait to base. A run starts no
-// earlier than the last message another fetcher received, and time spent
-// not receiving (a full queue) does not count.
-func (b *binding) rejoinDue(polledAt, now time.Time, n int, base, max time.Duration) (due, first bool) {
+// enough to re-join its group, and whether it is the first re-join of this
+// idle run. The wait doubles after each re-join, and after maxRejoins of
+// them the binding waits for a message; a message ends the run and resets
+// the wait to base. A run starts no earlier than the last message another
+// fetcher received; time spent not receiving (a full queue) does not count,
+// time spent failing to receive does.
+func (b *binding) rejoinDue(polledAt, now time.Time, n int, base time.Duration) (due, first bool) {
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
 	if n > 0 || b.rejoinWait == 0 {
-		b.emptySince, b.rejoinWait = time.Time{}, base
+		b.emptySince, b.rejoinWait, b.rejoins = time.Time{}, base, 0
 	}
 	if n > 0 {
 		b.lastMsg = now
@@ -344,11 +350,11 @@ func (b *binding) rejoinDue(polledAt, now time.Time, n int, base, max time.Durat
 			b.emptySince = b.lastMsg
 		}
 	}
-	if now.Sub(b.emptySince) < b.rejoinWait {
+	if b.rejoins >= maxLiteRejoins || now.Sub(b.emptySince) < b.rejoinWait {
 		return false, false
 	}
-	first = b.rejoinWait == base
-	b.emptySince, b.rejoinWait = now, min(2*b.rejoinWait, max)
+	first = b.rejoins == 0
+	b.emptySince, b.rejoinWait, b.rejoins = now, 2*b.rejoinWait, b.rejoins+1
 	return true, first
 }
 
@@ -602,7 +608,7 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		b.received()
 		bo.Reset()
 		if b.lite && len(b.exact) == 0 && s.cfg.LiteRejoinAfter > 0 {
-			if due, first := b.rejoinDue(polledAt, s.clk.now(), len(msgs), s.cfg.LiteRejoinAfter, maxLiteRejoinAfter); due {
+			if due, first := b.rejoinDue(polledAt, s.clk.now(), len(msgs), s.cfg.LiteRejoinAfter); due {
 				s.rejoin(ctx, b, first)
 			}
 		}

@@ -6,13 +6,14 @@ import (
 )
 
 // rejoinDue's clock arithmetic: a run of empty receives starts no earlier
-// than the last message another fetcher got, the wait doubles to its cap, and
-// only the first re-join of a run says so.
+// than the last message another fetcher got, the wait doubles after each
+// re-join, an idle run re-joins at most maxRejoins times, only the first
+// re-join of a run says so, and a message starts over.
 func TestRejoinDue(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	var b binding
-	const base, max = 30 * time.Second, 100 * time.Second
+	const base = 30 * time.Second
 	steps := []struct {
 		polled, now, n int
 		due, first     bool
@@ -23,19 +24,24 @@ func TestRejoinDue(t *testing.T) {
 		{20, 39, 0, false, false},   // 29 s
 		{39, 41, 0, true, true},     // 31 s: the first re-join; next wait 60 s
 		{41, 100, 0, false, false},  // 59 s
-		{100, 102, 0, true, false},  // 61 s; next wait 100 s (the cap)
-		{102, 201, 0, false, false}, // 99 s
-		{201, 203, 0, true, false},  // 101 s; the wait stays at the cap
-		{203, 302, 0, false, false},
-		{302, 304, 0, true, false},
-		{304, 305, 1, false, false}, // a message: back to 30 s
-		{305, 334, 0, false, false},
-		{334, 336, 0, true, true},
+		{100, 102, 0, true, false},  // 61 s; next wait 120 s
+		{102, 221, 0, false, false}, // 119 s
+		{221, 223, 0, true, false},  // 121 s; next wait 240 s
+		{223, 462, 0, false, false}, // 239 s
+		{462, 464, 0, true, false},  // 241 s: the 4th and last of this run
+		{464, 2000, 0, false, false},
+		{2000, 9000, 0, false, false}, // idle for hours: no more
+		{9000, 9001, 1, false, false}, // a message: back to 30 s
+		{9001, 9030, 0, false, false},
+		{9030, 9032, 0, true, true},
 	}
 	for i, s := range steps {
-		due, first := b.rejoinDue(at(s.polled), at(s.now), s.n, base, max)
+		due, first := b.rejoinDue(at(s.polled), at(s.now), s.n, base)
 		if due != s.due || first != s.first {
 			t.Fatalf("step %d (polled %d s, answered %d s, %d messages): due %v first %v, want %v %v", i, s.polled, s.now, s.n, due, first, s.due, s.first)
 		}
+	}
+	if maxLiteRejoins != 4 {
+		t.Errorf("maxLiteRejoins = %d; the steps above and the docs say 4", maxLiteRejoins)
 	}
 }

@@ -2,6 +2,8 @@ package rmqflow_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,7 @@ type rejoinRig struct {
 	mc       *rmqfake.ManualClock
 	src      *rmqflow.Source[string]
 	addr     string
+	fake     *rmqfake.Server
 	receives atomic.Int64
 	mu       sync.Mutex
 	syncs    []string // "REMOVE@35s", "ADD@35s", ...
@@ -56,7 +59,8 @@ func newRejoinRig(t *testing.T, ctx context.Context, tweak func(*rmqflow.SourceC
 		return rmqfake.Verdict{}
 	})
 	cfg := rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: s.Addr()},
-		Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}}, AwaitDuration: 5 * time.Second, InvisibleDuration: time.Minute}
+		Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}}, AwaitDuration: 5 * time.Second, InvisibleDuration: time.Minute,
+	}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -69,32 +73,45 @@ func newRejoinRig(t *testing.T, ctx context.Context, tweak func(*rmqflow.SourceC
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = src.Close(context.Background()) })
-	r.src, r.addr = src, s.Addr()
+	r.src, r.addr, r.fake = src, s.Addr(), s
 	return r
 }
 
-// advance moves the clock by d and waits until the fetcher has seen the new
-// time: its long poll ended empty and it sent the next one.
+// advance moves the clock by d once the fetcher's long poll is parked on it,
+// and waits until the fetcher has seen the new time: its poll ended empty and
+// it sent the next one (a re-join comes between the two).
 func (r *rejoinRig) advance(t *testing.T, d time.Duration) {
 	t.Helper()
-	waitFor(t, 10*time.Second, func() bool { return r.receives.Load() > 0 })
+	waitFor(t, 10*time.Second, func() bool { return r.fake.Stats().Pollers == 1 })
 	n := r.receives.Load()
 	r.mc.Advance(d)
 	waitFor(t, 10*time.Second, func() bool { return r.receives.Load() > n })
 }
 
-func (r *rejoinRig) removes() []string {
+// advanceTo advances in steps of 10 s until the clock is at t0 + at.
+func (r *rejoinRig) advanceTo(t *testing.T, at time.Duration) {
+	t.Helper()
+	for r.mc.Now().Sub(r.t0) < at {
+		r.advance(t, min(10*time.Second, at-r.mc.Now().Sub(r.t0)))
+	}
+}
+
+// removes returns the clock times of the COMPLETE_REMOVEs so far; each must
+// be followed by a COMPLETE_ADD at the same time.
+func (r *rejoinRig) removes(t *testing.T) []string {
+	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for i, s := range r.syncs {
-		if len(s) > 7 && s[:7] == "REMOVE@" {
-			// each REMOVE is followed by the ADD that re-joins
-			if i+1 >= len(r.syncs) || r.syncs[i+1][:4] != "ADD@" {
-				return append(out, "REMOVE without ADD: "+s)
-			}
-			out = append(out, s[7:])
+		at, ok := strings.CutPrefix(s, "REMOVE@")
+		if !ok {
+			continue
 		}
+		if i+1 >= len(r.syncs) || r.syncs[i+1] != "ADD@"+at {
+			t.Fatalf("a COMPLETE_REMOVE without its COMPLETE_ADD: %v", r.syncs)
+		}
+		out = append(out, at)
 	}
 	return out
 }
@@ -103,28 +120,29 @@ func (r *rejoinRig) removes() []string {
 // wildcard binding whose receives came back empty for 30 s re-joins its group
 // (COMPLETE_REMOVE, then COMPLETE_ADD), which makes RocketMQ 5.5.0 sweep the
 // group's lite topics for a backlog again; while nothing comes it waits twice
-// as long each time (60 s, 120 s, ...), and a message brings it back to 30 s.
+// as long each time, 4 times in all (30 s, 90 s, 210 s, 450 s), and then
+// waits for a message, which starts over.
 func TestLiteSourceRejoinsWhenIdle(t *testing.T) {
 	ctx := rmqtest.Context(t, time.Minute)
 	r := newRejoinRig(t, ctx, nil)
-	for i := 0; i < 5; i++ { // 25 s of empty polls
-		r.advance(t, 5*time.Second)
+	check := func(want ...string) {
+		t.Helper()
+		if got := r.removes(t); !slices.Equal(got, want) {
+			t.Fatalf("at %v: re-joins at %v, want %v", r.mc.Now().Sub(r.t0), got, want)
+		}
 	}
-	if got := r.removes(); len(got) != 0 {
-		t.Fatalf("re-joined after 25 s idle: %v", got)
-	}
-	r.advance(t, 5*time.Second) // 30 s
-	waitFor(t, 10*time.Second, func() bool { return len(r.removes()) == 1 })
-	for i := 0; i < 11; i++ { // to 85 s: the next re-join is due 60 s after the first
-		r.advance(t, 5*time.Second)
-	}
-	if got := r.removes(); len(got) != 1 {
-		t.Fatalf("re-joins by 85 s: %v, want only the one at 30 s", got)
-	}
-	r.advance(t, 5*time.Second) // 90 s
-	waitFor(t, 10*time.Second, func() bool { return len(r.removes()) == 2 })
+	r.advanceTo(t, 20*time.Second)
+	check()
+	r.advanceTo(t, 30*time.Second)
+	check("30s")
+	r.advanceTo(t, 80*time.Second)
+	check("30s")
+	r.advanceTo(t, 90*time.Second)
+	check("30s", "1m30s")
+	r.advanceTo(t, 1000*time.Second)
+	check("30s", "1m30s", "3m30s", "7m30s")
 
-	// A message: the idle time starts again, and the wait is 30 s again.
+	// A message: the run starts over.
 	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: r.addr}, Topic: "main"})
 	if err != nil {
 		t.Fatal(err)
@@ -140,15 +158,13 @@ func TestLiteSourceRejoinsWhenIdle(t *testing.T) {
 	if err := r.src.Acker().Ack(ctx, m.Handle); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 5; i++ {
-		r.advance(t, 5*time.Second)
+	back := r.mc.Now().Sub(r.t0)
+	r.advanceTo(t, back+20*time.Second)
+	check("30s", "1m30s", "3m30s", "7m30s")
+	r.advanceTo(t, back+30*time.Second)
+	if got := r.removes(t); len(got) != 5 {
+		t.Fatalf("re-joins %v: want a fifth 30 s after the message (%v)", got, back)
 	}
-	if got := r.removes(); len(got) != 2 {
-		t.Fatalf("re-joined within 25 s of a message: %v", got)
-	}
-	r.advance(t, 5*time.Second)
-	r.advance(t, 5*time.Second)
-	waitFor(t, 10*time.Second, func() bool { return len(r.removes()) == 3 })
 }
 
 // TestLiteSourceRejoinOff: LiteRejoinAfter < 0 never re-joins, nor does a
@@ -162,10 +178,8 @@ func TestLiteSourceRejoinOff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := rmqtest.Context(t, time.Minute)
 			r := newRejoinRig(t, ctx, tweak)
-			for i := 0; i < 20; i++ {
-				r.advance(t, 5*time.Second)
-			}
-			if got := r.removes(); len(got) != 0 {
+			r.advanceTo(t, 1000*time.Second)
+			if got := r.removes(t); len(got) != 0 {
 				t.Fatalf("re-joined: %v", got)
 			}
 		})

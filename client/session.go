@@ -56,6 +56,7 @@ type Session struct {
 	c   *Client
 	cfg SessionConfig
 
+	subMu    sync.Mutex // Rejoin against SubscribeLite and UnsubscribeLite
 	mu       sync.Mutex
 	settings *v2.Settings
 	exact    map[string]map[string]struct{} // main topic -> exact lite topics
@@ -462,34 +463,53 @@ func (s *Session) syncAll(ctx context.Context) error {
 
 // Rejoin takes this wildcard lite session out of its group's subscription of
 // mainTopic and puts it back (COMPLETE_REMOVE, then COMPLETE_ADD with no lite
-// topics). RocketMQ 5.5.0 looks for a group's lite backlog (its full
-// dispatch) only when a client joins, or when a message found no client to
-// take it; a client that joined while the broker's view of the group was
-// stale can be left with nothing to receive although the backlog is there
-// (docs/broker-semantics.md). A re-join makes the broker look again, 5 to 15 s
-// later. Only for a LiteWildcard session with no exact lite topics of
-// mainTopic (a COMPLETE_REMOVE would drop them).
+// topics). RocketMQ 5.5.0 looks for a wildcard group's lite backlog (its full
+// dispatch) when a client joins the group, and otherwise only when a message
+// finds members of which none takes it; a client can be left with nothing to
+// receive although a backlog is there (docs/broker-semantics.md, scenario
+// v). A re-join makes the broker look again, 5 to 15 s later.
+//
+// The COMPLETE_ADD is sent whatever became of the COMPLETE_REMOVE (a
+// timed-out one may have been applied), on its own RequestTimeout even when
+// ctx ends meanwhile; when it fails, the session syncs its subscription again
+// with backoff until a sync succeeds, as after a reconnect. Only for a
+// LiteWildcard session with no exact lite topics of mainTopic (a
+// COMPLETE_REMOVE would drop them); it excludes SubscribeLite and
+// UnsubscribeLite while it runs.
 func (s *Session) Rejoin(ctx context.Context, mainTopic string) error {
+	if !s.cfg.LiteWildcard {
+		return &ConfigError{Option: "SessionConfig.LiteWildcard", Reason: "Rejoin is for wildcard lite sessions"}
+	}
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
 	s.mu.Lock()
 	exact := len(s.exact[mainTopic])
 	s.mu.Unlock()
-	switch {
-	case !s.cfg.LiteWildcard:
-		return &ConfigError{Option: "SessionConfig.LiteWildcard", Reason: "Rejoin is for wildcard lite sessions"}
-	case exact > 0:
+	if exact > 0 {
 		return &ConfigError{Option: "Rejoin", Reason: fmt.Sprintf("the session has %d exact lite topics of %s, which a re-join would drop", exact, mainTopic)}
 	}
 	req := LiteSyncRequest{Action: LiteCompleteRemove, Topic: mainTopic, Group: s.cfg.Group}
-	if err := s.c.SyncLiteSubscription(ctx, req); err != nil {
-		return err
-	}
+	rerr := s.c.SyncLiteSubscription(ctx, req)
 	req.Action = LiteCompleteAdd
-	return s.c.SyncLiteSubscription(ctx, req)
+	aerr := s.c.SyncLiteSubscription(context.WithoutCancel(ctx), req)
+	if aerr != nil {
+		select {
+		case s.resync <- struct{}{}:
+		default:
+		}
+		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_ADD (a sync with backoff follows): %w", mainTopic, aerr)
+	}
+	if rerr != nil {
+		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_REMOVE (COMPLETE_ADD sent): %w", mainTopic, rerr)
+	}
+	return nil
 }
 
 // SubscribeLite adds one exact lite topic of mainTopic (PARTIAL_ADD) and keeps
 // it in the periodic COMPLETE_ADD. offset is optional.
 func (s *Session) SubscribeLite(ctx context.Context, mainTopic, liteTopic string, offset *OffsetOption) error {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
 	err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
 		Action: LitePartialAdd, Topic: mainTopic, Group: s.cfg.Group, LiteTopics: []string{liteTopic}, Offset: offset,
 	})
@@ -507,6 +527,8 @@ func (s *Session) SubscribeLite(ctx context.Context, mainTopic, liteTopic string
 
 // UnsubscribeLite removes one exact lite topic (PARTIAL_REMOVE).
 func (s *Session) UnsubscribeLite(ctx context.Context, mainTopic, liteTopic string) error {
+	s.subMu.Lock()
+	defer s.subMu.Unlock()
 	err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
 		Action: LitePartialRemove, Topic: mainTopic, Group: s.cfg.Group, LiteTopics: []string{liteTopic},
 	})

@@ -271,8 +271,10 @@ func (b *broker) liteReady(c *liteCursor) {
 		return
 	}
 	if c.g.wildSubs <= 0 {
-		// Nobody to dispatch to: a full dispatch will find it later.
-		b.scheduleFullDispatch(c.g, fullDispatchOnMiss)
+		// Nobody to dispatch to, and nothing scheduled (5.5.0 schedules a
+		// full dispatch for a miss only when the group has members, none
+		// of which took the event): the full dispatch of the next client
+		// that joins finds it (scenario v).
 		return
 	}
 	c.inRing = true

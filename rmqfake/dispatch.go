@@ -3,13 +3,14 @@ package rmqfake
 // The broker learns which lite topics have something for a wildcard group
 // from dispatch events: a message arriving while a client of the group is
 // subscribed is dispatched at once; a backlog that built up while none was
-// subscribed is found only by a periodic full dispatch (LiteEventDispatcher:
-// 5 s after a client subscribes, 10 s after a message finds nobody, run by a
-// scan every 10 s). docs/broker-semantics.md, scenario m.
+// subscribed is found only by a full dispatch, which a client's joining
+// schedules (LiteEventDispatcher: 5 s after it, run by a scan every 10 s).
+// 5.5.0 also schedules one 10 s after an event that members of the group
+// all refused (their event queues full); rmqfake's clients take every event,
+// so it has no such case. docs/broker-semantics.md, scenarios m and v.
 
 const (
 	fullDispatchOnRegister = 5_000  // ms
-	fullDispatchOnMiss     = 10_000 // ms
 	dispatchScan           = 10_000 // ms, liteEventCheckInterval
 )
 
