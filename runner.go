@@ -174,8 +174,8 @@ func (c RunnerConfig) validate() error {
 // handler deferred). Returning nil acks the message; an error (or a panic,
 // recovered) keeps it: the runner defers it by ErrorBackoffMax (at most
 // ErrorValves.MaxDeferDuration), and when it comes back the handler runs
-// again, and the function too if the handler fails or defers again (the valve has
-// fired for good).
+// again, and the function too if the handler fails or defers again (the
+// valve has fired for good).
 type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause error) error
 
 // Runner is the loop of a plain Go service: it starts a Source, runs the
