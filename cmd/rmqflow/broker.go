@@ -25,6 +25,8 @@ var brokerExamples = []struct{ args, what string }{
 		"a LITE main topic and a wildcard lite group with 3 retries"},
 	{"-topic orders:queues=8 -group billing -group audit:retry=0",
 		"a normal topic with 8 queues and two groups"},
+	{"-topic rooms:lite:ttl=60 -group rooms-g:bind=rooms:exclusive -topic payments:transaction",
+		"lite topics deleted an hour after their last message, an exclusive lite group (one client per lite topic), a transaction topic"},
 	{"-listen 127.0.0.1:0 -fixtures scripts/rocketmq/fixtures.txt",
 		"a free port and the project's test fixtures"},
 	{"-access-key ak -secret-key sk -auto-create", "require requests signed with ak/sk"},
