@@ -171,9 +171,11 @@ func (c RunnerConfig) validate() error {
 // DeadLetterFunc parks a message that the runner gives up on: its handler
 // kept failing (or deferring) until a safety valve of RunnerConfig.ErrorValves
 // fired. cause is the handler's last error (or names the valve when the
-// handler deferred). Returning nil acks the message; an error keeps it: the
-// runner defers it by ErrorBackoffMax and calls the function again when it
-// comes back.
+// handler deferred). Returning nil acks the message; an error (or a panic,
+// recovered) keeps it: the runner defers it by ErrorBackoffMax (at most
+// ErrorValves.MaxDeferDuration), and when it comes back the handler runs
+// again, and the function too if the handler fails or defers again (the
+// valve has fired for good).
 type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause error) error
 
 // Runner is the loop of a plain Go service: it starts a Source, runs the

@@ -11,7 +11,7 @@ import (
 
 // Fixture is a topic or group to create, one line of a fixtures file:
 //
-//	topic <name> normal|lite|fifo|delay [queues=N] [ttl=MINUTES]
+//	topic <name> [normal|lite|fifo|delay|transaction] [queues=N] [ttl=MINUTES]
 //	group <name> [retry=N] [bind=<lite main topic>] [wildcard] [exclusive] [fifo]
 type Fixture struct {
 	// Group is false for a topic, true for a group.
@@ -97,7 +97,7 @@ func ParseFixture(line string) (Fixture, error) {
 			case i == 0 && !hasV:
 				t, ok := ParseTopicType(k)
 				if !ok {
-					return Fixture{}, fmt.Errorf("topic %s: unknown type %q (normal, lite, fifo, delay)", fx.Name, k)
+					return Fixture{}, fmt.Errorf("topic %s: unknown type %q (normal, lite, fifo, delay, transaction)", fx.Name, k)
 				}
 				fx.Type = t
 			case k == "queues" && hasV:
@@ -145,19 +145,23 @@ func ParseFixture(line string) (Fixture, error) {
 	return fx, nil
 }
 
-// ApplyFixtures creates the fixtures' topics and groups.
-func (s *Server) ApplyFixtures(fs []Fixture) error {
+// ApplyFixtures creates the fixtures' topics and groups, each with opts too
+// (InNamespace(ns) creates them in a namespace).
+func (s *Server) ApplyFixtures(fs []Fixture, opts ...ResourceOption) error {
 	for _, f := range fs {
-		if err := s.applyFixture(f); err != nil {
+		if err := s.applyFixture(f, opts); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *Server) applyFixture(f Fixture) error {
+func (s *Server) applyFixture(f Fixture, with []ResourceOption) error {
 	if !f.Group {
 		var opts []TopicOption
+		for _, o := range with {
+			opts = append(opts, o)
+		}
 		if f.Queues > 0 {
 			opts = append(opts, Queues(f.Queues))
 		}
@@ -167,6 +171,9 @@ func (s *Server) applyFixture(f Fixture) error {
 		return s.CreateTopic(f.Name, f.Type, opts...)
 	}
 	var opts []GroupOption
+	for _, o := range with {
+		opts = append(opts, o)
+	}
 	if f.RetryMax >= 0 {
 		opts = append(opts, RetryMax(f.RetryMax))
 	}

@@ -25,6 +25,8 @@ var brokerExamples = []struct{ args, what string }{
 		"a LITE main topic and a wildcard lite group with 3 retries"},
 	{"-topic orders:queues=8 -group billing -group audit:retry=0",
 		"a normal topic with 8 queues and two groups"},
+	{"-topic rooms:lite:ttl=60 -group rooms-g:bind=rooms:exclusive -topic payments:transaction",
+		"lite topics deleted an hour after their last message, an exclusive lite group (one client per lite topic), a transaction topic"},
 	{"-listen 127.0.0.1:0 -fixtures scripts/rocketmq/fixtures.txt",
 		"a free port and the project's test fixtures"},
 	{"-access-key ak -secret-key sk -auto-create", "require requests signed with ak/sk"},
@@ -47,11 +49,17 @@ FILE (rmqflow produce/consume/demo -ca FILE, or tls.Config.RootCAs).
 A lite backlog reaches a newly subscribed wildcard consumer after 5 to 15 s,
 as on RocketMQ 5.5.0, unless -fast-lite-dispatch.
 
-A topic SPEC is NAME[:TYPE][:queues=N], TYPE one of normal (the default),
-lite, fifo or delay, N from 1 to 1024 (default 4). A group SPEC is NAME[:retry=N][:bind=TOPIC][:wildcard][:fifo]:
-retry is the redeliveries before the group's DLQ (%DLQ%NAME; default 16),
-bind makes it a lite group of a LITE main topic, wildcard lets it receive
-every lite topic of that main topic, fifo consumes each queue in order.
+A topic SPEC is NAME[:TYPE][:queues=N][:ttl=MINUTES], TYPE one of normal
+(the default), lite, fifo, delay or transaction, N from 1 to 1024 (default
+4); ttl (a lite topic's lite.topic.expiration, -1 to 43200; default -1,
+never) deletes a lite topic once its last message is that old (and at least
+15 min old; the scan runs every 2 min). A group SPEC is
+NAME[:retry=N][:bind=TOPIC][:wildcard][:exclusive][:fifo]: retry is the
+redeliveries before the group's DLQ (%DLQ%NAME; default 16), bind makes it a
+lite group of a LITE main topic, wildcard lets it receive every lite topic
+of that main topic, exclusive lets one client at a time hold a lite topic (a
+PARTIAL_ADD takes it from the others, who are sent NotifyUnsubscribeLite),
+fifo consumes each queue in order.
 
 Flags:
 `
@@ -273,35 +281,8 @@ func runBroker(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// create makes the -topic and -group resources, in namespace ns.
+// create makes the -topic and -group resources, in namespace ns, as a
+// fixtures file's lines (rmqfake.ApplyFixtures).
 func create(s *rmqfake.Server, res []rmqfake.Fixture, ns string) error {
-	for _, r := range res {
-		var err error
-		if r.Group {
-			opts := []rmqfake.GroupOption{rmqfake.InNamespace(ns)}
-			if r.RetryMax >= 0 {
-				opts = append(opts, rmqfake.RetryMax(r.RetryMax))
-			}
-			if r.Bind != "" {
-				opts = append(opts, rmqfake.LiteBind(r.Bind))
-			}
-			if r.Wildcard {
-				opts = append(opts, rmqfake.Wildcard())
-			}
-			if r.FIFO {
-				opts = append(opts, rmqfake.FIFO())
-			}
-			err = s.CreateGroup(r.Name, opts...)
-		} else {
-			opts := []rmqfake.TopicOption{rmqfake.InNamespace(ns)}
-			if r.Queues > 0 {
-				opts = append(opts, rmqfake.Queues(r.Queues))
-			}
-			err = s.CreateTopic(r.Name, r.Type, opts...)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.ApplyFixtures(res, rmqfake.InNamespace(ns))
 }

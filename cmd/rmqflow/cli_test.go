@@ -295,6 +295,20 @@ func TestBenchExitCodes(t *testing.T) {
 	}
 }
 
+// TestBenchFailedRunExits1: a run that fails (here a peer given 1 ms to
+// finish, on the in-process emulator) makes bench exit 1, the harness's own
+// code coming through.
+func TestBenchFailedRunExits1(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the harness and a peer: not in -short")
+	}
+	code, out, errOut := runCLI(t, "", "bench", "-emulator", "-quick", "-peers", "rmqflow/loop", "-scenarios", "drain",
+		"-window", "1s", "-window-messages", "100", "-warmup", "10", "-peer-timeout", "1ms", "-out", t.TempDir())
+	if code != exitFailure || !strings.Contains(errOut, "runs failed") {
+		t.Errorf("bench with a peer that cannot finish: exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}
+
 // TestReadmeCLIBlock runs the rmqflow commands of README.md's CLI section as
 // written, against the broker line's `rmqflow broker` (on a free port, with
 // -fast-lite-dispatch so that the backlog the README describes arrives at

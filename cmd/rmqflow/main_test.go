@@ -50,7 +50,8 @@ func TestDispatch(t *testing.T) {
 }
 
 // The help text is the flag set's own: every flag is documented, and every
-// example parses into valid options and resources.
+// example parses into valid options and resources (TestBrokerSpecWordsTakeEffect
+// checks that each SPEC word of the help takes effect).
 func TestBrokerHelpIsTrueToTheCode(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run([]string{"help", "broker"}, &out, &errOut); code != 0 {
