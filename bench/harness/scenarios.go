@@ -462,7 +462,7 @@ func (b *bench) goBenchmarks(ctx context.Context) error {
 	count := fmt.Sprint(b.cfg.goBenchCount)
 	type gb struct{ dir, pkg, pattern, benchtime, count string }
 	benches := []gb{
-		{b.cfg.repo, "./rmqfake", "BenchmarkProduceReceiveAck", "", count},
+		{b.cfg.repo, "./rmqfake", "BenchmarkProduceReceiveAck(Lite)?", "", count},
 		// Runner against loop at 100 lite topics: the larger counts of
 		// that benchmark need -benchtime of at least their lite topics
 		// (they skip otherwise); BenchmarkScaleLiteTopics covers scale.

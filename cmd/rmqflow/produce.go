@@ -83,7 +83,7 @@ func runProduce(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.file, "file", "", "read bodies from `path`, one per line")
 	fs.IntVar(&f.count, "count", 0, "send `N` synthetic messages (N > 0, with -size)")
 	fs.IntVar(&f.size, "size", 1024, "synthetic message size in `bytes` (1 to 4194304)")
-	fs.IntVar(&f.concurrency, "concurrency", 8, "sends in flight")
+	fs.IntVar(&f.concurrency, "concurrency", 8, "senders: normal messages go in batches of up to 32 per sender; one lite topic's messages go one at a time, in order")
 	fs.DurationVar(&f.maxOutage, "max-outage", time.Minute, "stop with exit 3 once every send has failed for this long because the broker does not answer")
 	fs.BoolVar(&f.json, "json", false, "JSON lines on stdout instead of a progress line")
 	if done, code := parseFlags(fs, args, stdout, produceUsage, produceExamples, clientFooter); done {
