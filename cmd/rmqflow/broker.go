@@ -126,7 +126,6 @@ func brokerFlagSet(out io.Writer) (*flag.FlagSet, *brokerFlags) {
 	fs.IntVar(&f.maxLiteSubs, "max-lite-subscriptions", rmqfake.DefaultMaxLiteSubscriptions, "refuse PARTIAL_ADD once the clients hold `N` lite subscriptions in all (the broker's maxLiteSubscriptionCount; LITE_SUBSCRIPTION_QUOTA_EXCEEDED); 0: no limit")
 	fs.BoolVar(&f.json, "json", false, "the listening and stopped lines as JSON")
 	fs.BoolVar(&f.verbose, "v", false, "log the server's errors to stderr")
-	fs.Usage = func() { fmt.Fprintln(out, `Run "rmqflow help broker" for the flags and examples.`) }
 	return fs, f
 }
 
@@ -214,11 +213,13 @@ func (f *brokerFlags) resources() ([]rmqfake.Fixture, error) {
 
 func runBroker(args []string, stdout, stderr io.Writer) int {
 	fs, f := brokerFlagSet(stderr)
+	fs.Usage = func() {} // -help prints the help on stdout, an error the hint below
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			brokerHelp(stdout)
 			return 0
 		}
+		fmt.Fprintln(stderr, `Run "rmqflow help broker" for the flags and examples.`)
 		return 2
 	}
 	if fs.NArg() > 0 {

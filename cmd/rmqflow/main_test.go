@@ -57,6 +57,13 @@ func TestBrokerHelpIsTrueToTheCode(t *testing.T) {
 	if code := run([]string{"help", "broker"}, &out, &errOut); code != 0 {
 		t.Fatalf("help broker: exit %d %s", code, errOut.String())
 	}
+	if errOut.Len() > 0 {
+		t.Errorf("help broker wrote to stderr: %q", errOut.String())
+	}
+	var out2, errOut2 bytes.Buffer
+	if code := run([]string{"broker", "-help"}, &out2, &errOut2); code != 0 || errOut2.Len() > 0 || out2.String() != out.String() {
+		t.Errorf("broker -help: exit %d, stderr %q, stdout the same as help broker: %v", code, errOut2.String(), out2.String() == out.String())
+	}
 	help := out.String()
 	fs, _ := brokerFlagSet(&bytes.Buffer{})
 	fs.VisitAll(func(f *flag.Flag) {
