@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,6 +220,97 @@ func TestAckExternal(t *testing.T) {
 			if len(rows(3)) != 0 {
 				t.Fatalf("rows on attempt 3: %v", rows(3))
 			}
+			return
+		}
+		srv.stop()
+		tg.noneComeBack(t, 12*time.Second)
+	})
+}
+
+// TestSinkRouting: the rocketmq sink takes each written message's lite
+// topic, tag, keys and user properties from the row's fields
+// (lite-topic-field, tag-field, keys-field, property-fields), or fixed
+// values, and, on a non-acking action with sendSingle, from templates
+// ("{{.session}}-c"); the read-back messages carry them. A template on an
+// acking action is refused when the rule is created: eKuiper evaluates it
+// over the call's list of rows, fails, and drops the rows, whose messages
+// progress would then ack (seen before the refusal: nothing written).
+// Every message is acked once both acking actions wrote its row.
+func TestSinkRouting(t *testing.T) {
+	t.Parallel()
+	eachTarget(t, "rt", func(t *testing.T, tg *target) {
+		srv := startOn(t, tg, "")
+		srv.stream("s", tg.in, "test")
+		out := tg.readOut(t)
+		const sql = `SELECT n, session, concat(session, "-a") AS la, kind, ks, tenant, meta(rocketmq_seq) AS rocketmq_seq FROM s`
+		for _, key := range []string{"lite-topic", "tag", "keys"} {
+			code, body := srv.try(http.MethodPost, "/rules", map[string]any{"id": "template-" + key, "sql": sql, "triggered": false,
+				"actions": []map[string]any{tg.sinkAction(map[string]any{"lite-topic-field": "", key: "{{.session}}"})},
+				"options": map[string]any{"disableBufferFullDiscard": true}})
+			if code/100 == 2 || !strings.Contains(string(body), key+"-field") {
+				t.Errorf("a template in %s of an acking action: %d %s, want it refused naming %s-field", key, code, body, key)
+			}
+		}
+		a := tg.sinkAction(map[string]any{"lite-topic-field": "la", "tag-field": "kind", "keys-field": "ks",
+			"property-fields": []string{"tenant", "n"}})
+		b := tg.sinkAction(map[string]any{"tag": "fixed", "keys": "k1 k2", "property-fields": "tenant"})
+		c := tg.sinkAction(map[string]any{"lite-topic-field": "", "lite-topic": "{{.session}}-c", "tag": "{{.kind}}-t",
+			"keys": "{{.session}} fixed", "ack": false, "sendSingle": true})
+		srv.rule("route", sql, []map[string]any{a, b, c}, nil)
+		srv.waitRunning("route")
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("status %v\nserver log:\n%s", srv.status("route"), srv.log)
+			}
+		})
+		const n = 10
+		kind := func(i int) string { return []string{"even", "odd"}[i%2] }
+		tg.send(t, rowsN(n, func(i int) map[string]any {
+			return map[string]any{"n": i, "session": tg.lite(i % 2), "kind": kind(i), "ks": fmt.Sprintf("k%d all", i),
+				"tenant": fmt.Sprint("te", i%3)}
+		}), func(i int) string { return tg.lite(i % 2) })
+		eventually(t, 60*time.Second, "every row written by the three actions", func() (bool, string) {
+			return len(out.snapshot()) >= 3*n, fmt.Sprintf("%d of %d", len(out.snapshot()), 3*n)
+		})
+		seen := map[string]bool{}
+		for _, r := range out.snapshot() {
+			i := num(r.body["n"])
+			session, te := tg.lite(i%2), fmt.Sprint("te", i%3)
+			if r.body["session"] != session || r.body["kind"] != kind(i) || r.body["tenant"] != te {
+				t.Errorf("body %v", r.body)
+			}
+			if _, ok := r.body["rocketmq_seq"]; ok {
+				t.Errorf("rocketmq_seq written: %v", r.body)
+			}
+			switch r.lite {
+			case session + "-a": // action a: lite topic, tag and keys from fields, two properties (the broker adds its own)
+				if r.tag != kind(i) || !slices.Equal(r.keys, []string{fmt.Sprint("k", i), "all"}) ||
+					r.props["tenant"] != te || r.props["n"] != fmt.Sprint(i) || r.props["kind"] != "" {
+					t.Errorf("action a, row %d: tag %q keys %q properties %v", i, r.tag, r.keys, r.props)
+				}
+				seen[fmt.Sprint("a", i)] = true
+			case session: // action b: lite-topic-field, a fixed tag and keys, one property
+				if r.tag != "fixed" || !slices.Equal(r.keys, []string{"k1", "k2"}) || r.props["tenant"] != te || r.props["n"] != "" {
+					t.Errorf("action b, row %d: tag %q keys %q properties %v", i, r.tag, r.keys, r.props)
+				}
+				seen[fmt.Sprint("b", i)] = true
+			case session + "-c": // action c: templates, no property-fields
+				if r.tag != kind(i)+"-t" || !slices.Equal(r.keys, []string{session, "fixed"}) || r.props["tenant"] != "" {
+					t.Errorf("action c, row %d: tag %q keys %q properties %v", i, r.tag, r.keys, r.props)
+				}
+				seen[fmt.Sprint("c", i)] = true
+			default:
+				t.Errorf("row %d in lite topic %s", i, r.lite)
+			}
+		}
+		if len(seen) != 3*n {
+			t.Errorf("%d distinct (action, row) pairs written, want %d: %v", len(seen), 3*n, seen)
+		}
+		if tg.fake != nil {
+			eventually(t, 30*time.Second, "every message acked", func() (bool, string) {
+				c := tg.inStats()
+				return c.Acked == n && c.InFlight == 0 && c.Backlog == 0, fmt.Sprintf("%+v", c)
+			})
 			return
 		}
 		srv.stop()
