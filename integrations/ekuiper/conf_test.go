@@ -127,6 +127,19 @@ func TestParseSink(t *testing.T) {
 	if c, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", "ack": false}); err != nil || c.ack {
 		t.Errorf("ack false: %+v, %v", c, err)
 	}
+	// eKuiper evaluates a template property over the call's list of rows
+	// unless sendSingle is true, and drops the rows when that fails.
+	for _, key := range []string{"lite-topic", "tag", "keys"} {
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: "{{.session}}"}); err == nil || !strings.Contains(err.Error(), key+"-field") {
+			t.Errorf("a template in %s of an acking sink: %v", key, err)
+		}
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: "{{.session}}", "ack": false}); err == nil {
+			t.Errorf("a template in %s without sendSingle accepted", key)
+		}
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: "{{.session}}", "ack": false, "sendSingle": true}); err != nil {
+			t.Errorf("a template in %s with sendSingle: %v", key, err)
+		}
+	}
 }
 
 // fakeAcker records what a ledger acks, releases and leaves.

@@ -35,7 +35,8 @@ var commonSinkKeys = map[string]bool{"bufferLength": true, "concurrency": true, 
 type sinkConf struct {
 	sink rmqflow.SinkConfig
 	// Where each record's parts come from: a value (which may be an eKuiper
-	// template such as "{{.session}}") or a row field.
+	// template such as "{{.session}}" with sendSingle, so not on an acking
+	// sink) or a row field.
 	liteTopic, liteTopicField string
 	tag, tagField             string
 	keys, keysField           string
@@ -65,6 +66,19 @@ func parseSink(m map[string]any) (sinkConf, []string, error) {
 	}
 	if c.ack {
 		ackingActionKeys(p)
+	}
+	// eKuiper evaluates every action property holding "{{" as a template
+	// itself, in the transform node before the sink, over the call's data:
+	// a list of rows unless sendSingle is true (which an acking sink
+	// refuses). A template of row fields fails on a list, and eKuiper then
+	// drops the rows with a log line; an acking sink's next delivery or the
+	// idle check would ack their messages unwritten (seen on v2.4.0).
+	if !p.boolean("sendSingle") {
+		for _, k := range []string{"lite-topic", "tag", "keys"} {
+			if strings.Contains(p.str(k), "{{") {
+				p.fail(k, "eKuiper evaluates a template in an action property over the whole call (a list of rows unless sendSingle is true, which an acking sink refuses) and drops the rows when that fails: select the value in the SQL and name it in %s-field", k)
+			}
+		}
 	}
 	if p.err != nil {
 		return c, nil, p.err

@@ -36,6 +36,10 @@ type target struct {
 	// stays LITE. The rows' "session" field tells this run's apart.
 	simple bool
 	tag    string
+	// exact: the in group is a lite group without wildcard (lite-topics);
+	// liteTopics, when set, are the lite topics read subscribes it to.
+	exact      bool
+	liteTopics []string
 }
 
 // eachTarget runs fn on rmqfake, then on the real broker if there is one.
@@ -48,8 +52,22 @@ func eachTarget(t *testing.T, scenario string, fn func(t *testing.T, tg *target)
 // eachTargetOf is eachTarget with the in topic a normal one read in simple
 // mode when simple is set.
 func eachTargetOf(t *testing.T, scenario string, simple bool, fn func(t *testing.T, tg *target)) {
+	eachTargetKind(t, scenario, simple, false, fn)
+}
+
+// eachTargetKind is eachTargetOf with the in group a lite group without
+// wildcard (an exact subscription, lite-topics) when exact is set.
+func eachTargetKind(t *testing.T, scenario string, simple, exact bool, fn func(t *testing.T, tg *target)) {
 	t.Run("rmqfake", func(t *testing.T) {
-		fn(t, fakeTarget(t, "s", simple))
+		tg := fakeTarget(t, "s", simple)
+		if exact {
+			tg.exact = true
+			if err := tg.fake.CreateGroup("in-x-g", rmqfake.LiteBind(tg.in)); err != nil {
+				t.Fatal(err)
+			}
+			tg.inG = "in-x-g"
+		}
+		fn(t, tg)
 	})
 	t.Run("broker", func(t *testing.T) {
 		if os.Getenv(rmqtest.EnvEndpoint) == "" {
@@ -57,7 +75,7 @@ func eachTargetOf(t *testing.T, scenario string, simple bool, fn func(t *testing
 		}
 		base := "rmqflow-sql-" + scenario
 		tg := &target{name: "broker", endpoint: rmqtest.Endpoint(t), in: base, inG: base + "-g", out: base + "-out",
-			outG: base + "-out-g", run: rmqtest.Unique("s"), simple: simple}
+			outG: base + "-out-g", run: rmqtest.Unique("s"), simple: simple, exact: exact}
 		tg.requireFixtures(t)
 		fn(t, tg)
 	})
@@ -123,6 +141,9 @@ func (tg *target) sourceSection() map[string]any {
 	if tg.simple {
 		m["mode"], m["filter-type"], m["filter-expression"] = "simple", "tag", tg.tag
 	}
+	if tg.exact {
+		m["lite-topics"] = tg.liteTopics
+	}
 	return m
 }
 
@@ -185,6 +206,9 @@ type outRow struct {
 	lite    string
 	body    map[string]any
 	attempt int32
+	tag     string
+	keys    []string
+	props   map[string]string
 }
 
 // reader reads the out topic of a target and acks what it read; it keeps
@@ -207,6 +231,9 @@ func (tg *target) read(t *testing.T, topic, group string, ack bool) *reader {
 		Lite: []rmqflow.LiteBinding{{Topic: topic, Group: group}}, AwaitDuration: 5 * time.Second,
 		InvisibleDuration: 10 * time.Second}
 	simple := tg.simple && topic == tg.in
+	if tg.exact && topic == tg.in {
+		cfg.Lite[0].LiteTopics = tg.liteTopics
+	}
 	if simple {
 		cfg.Mode, cfg.Lite, cfg.Topic, cfg.Group, cfg.Filter = rmqflow.ModeSimple, nil, topic, group, client.TagFilter(tg.tag)
 	}
@@ -237,7 +264,8 @@ func (tg *target) read(t *testing.T, topic, group string, ack bool) *reader {
 				continue
 			}
 			r.mu.Lock()
-			r.rows = append(r.rows, outRow{lite: m.Meta.LiteTopic, body: body, attempt: m.Meta.DeliveryAttempt})
+			r.rows = append(r.rows, outRow{lite: m.Meta.LiteTopic, body: body, attempt: m.Meta.DeliveryAttempt,
+				tag: m.Meta.Tag, keys: m.Meta.Keys, props: m.Meta.Properties})
 			r.mu.Unlock()
 		}
 	}()
