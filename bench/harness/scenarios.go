@@ -196,9 +196,10 @@ func (b *bench) plan() []*step {
 		// of about 1,600 the workers can do; "cold" is the same load with
 		// no hot topic. (Until 2026-12-01: 30 and 300 msg/s with a 5 ms
 		// handler, 3,270 msg/s offered: more than this machine's broker
-		// takes in single lite sends beside a consumer — a producer alone
-		// reached 3,340 msg/s unordered, 2,000 ordered, and every such run's
-		// producer fell behind its schedule.)
+		// takes in single lite sends beside a consumer: every such run's
+		// producer fell behind its schedule. The harness's own backlog
+		// producer, Unordered with 32 senders, logs its rate ("produced at
+		// N msg/s"): 2,646 msg/s for lite in a -quick run on 2026-12-02.)
 		for i := 0; i < c.otherReps*2; i++ {
 			shape := []string{"cold", "hot"}[(i+i/2)%2] // cold hot hot cold cold hot ...
 			for _, p := range shuffled(b.rng, b.peersFor("lite", "rmqflow/runner", "rmqflow/runner-throttle")) {
