@@ -344,8 +344,20 @@ func TestSinkFailsForAWhile(t *testing.T) {
 		close(stop)
 		// The webhook counts a row before it answers, and the sink acks
 		// after the answer: a stop at once could give back the last row's
-		// message unacked (seen once on the broker: the last row came back).
-		time.Sleep(2 * time.Second)
+		// message unacked (seen once on the broker: the last row came
+		// back). The sink counts a row out once its call returned, acks
+		// included.
+		eventually(t, 30*time.Second, "every posted row through the sink", func() (bool, string) {
+			_, _, all := state()
+			out := 0.0
+			for k, v := range srv.status("hook") {
+				if strings.HasPrefix(k, "sink_rocketmq_ack_") && strings.HasSuffix(k, "_records_out_total") {
+					f, _ := v.(float64)
+					out += f
+				}
+			}
+			return out >= float64(all), fmt.Sprintf("%v rows out of the sink, %d posted", out, all)
+		})
 		srv.stop()
 		tg.noneComeBack(t, 12*time.Second)
 	})
