@@ -192,6 +192,9 @@ func TestLedger(t *testing.T) {
 	if err := l.attach(new(int), a, 2); !errors.Is(err, ErrTwoSources) {
 		t.Fatalf("a second source: %v, want ErrTwoSources", err)
 	}
+	if _, err := l.confirm(ctx); err != nil { // TestLedgerHeldUntilConfirmed has the time before
+		t.Fatal(err)
+	}
 	h := func(id string) rmqflow.ReceiptHandle { return rmqflow.ReceiptHandle{MessageID: id} }
 	l.add(h("a"), 1, false) // 1
 	l.add(h("b"), 1, false) // 2
@@ -666,9 +669,10 @@ func TestConfirmRule(t *testing.T) {
 	}
 }
 
-// TestWatchRule: when the stored definition of a running rule stops being
-// the one checked (an update stored after the run's check), the run's ledger
-// acks nothing more and the rule is restarted.
+// TestWatchRule: a read that finds the checked definition confirms the run
+// (its ledger acks from then on); when the stored definition of a running
+// rule stops being the one checked (an update stored after the run's
+// check), the run's ledger acks nothing more and the rule is restarted.
 func TestWatchRule(t *testing.T) {
 	var def ruleDef
 	def.ID, def.SQL = "r", "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s"
@@ -703,10 +707,13 @@ func TestWatchRule(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond)
 	l.mu.Lock()
-	early := l.poisoned
+	early, confirmed := l.poisoned, l.confirmed
 	l.mu.Unlock()
 	if early != nil {
 		t.Fatal("poisoned while the definition was the checked one")
+	}
+	if !confirmed {
+		t.Fatal("not confirmed by a read that found the checked definition")
 	}
 	mu.Lock()
 	sql = "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s GROUP BY HOPPINGWINDOW(ss, 10, 5)"
@@ -723,5 +730,85 @@ func TestWatchRule(t *testing.T) {
 	}
 	if st := a.state(); st != "acked [] left [a] released []" {
 		t.Fatalf("after the definition changed: %s", st)
+	}
+}
+
+// TestLedgerHeldUntilConfirmed: a run acks nothing before its definition is
+// confirmed (watchRule's first re-read): the messages its sinks delivered
+// and the idle check settled are held, acked together at confirmation; a
+// run poisoned before it acks none of them (they are left to come back),
+// and one that stops gives them back.
+func TestLedgerHeldUntilConfirmed(t *testing.T) {
+	ctx := t.Context()
+	h := func(id string) rmqflow.ReceiptHandle { return rmqflow.ReceiptHandle{MessageID: id} }
+	run := func(a *fakeAcker) *ledger {
+		l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+		if err := l.attach(new(int), a, 1); err != nil {
+			t.Fatal(err)
+		}
+		l.add(h("a"), 1, false) // 1
+		l.add(h("b"), 1, false) // 2
+		l.add(h("c"), 1, false) // 3
+		l.join("s")
+		if err := l.delivered(ctx, "s", 1); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := l.settleIdle(ctx, 2); n != 0 || err != nil {
+			t.Fatalf("idle settle before confirmation: %d, %v", n, err)
+		}
+		if st := a.state(); st != "acked [] left [] released []" {
+			t.Fatalf("before confirmation: %s", st)
+		}
+		if l.pending() != 1 {
+			t.Fatalf("%d pending, want 1 (c): held messages are settled, not pending", l.pending())
+		}
+		return l
+	}
+
+	a := &fakeAcker{}
+	l := run(a)
+	if n, err := l.confirm(ctx); n != 2 || err != nil {
+		t.Fatalf("confirm: %d, %v; want 2 acked", n, err)
+	}
+	if st := a.state(); st != "acked [a b] left [] released []" {
+		t.Fatalf("at confirmation: %s", st)
+	}
+	if err := l.delivered(ctx, "s", 3); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.state(); st != "acked [a b c] left [] released []" {
+		t.Fatalf("a delivery after confirmation: %s", st)
+	}
+
+	a = &fakeAcker{}
+	l = run(a)
+	l.poison(errors.New("changed"))
+	if n, err := l.confirm(ctx); n != 0 || err == nil {
+		t.Fatalf("confirm after poison: %d, %v; want 0 and the poison", n, err)
+	}
+	if st := a.state(); st != "acked [] left [c a b] released []" {
+		t.Fatalf("poisoned before confirmation: %s", st)
+	}
+
+	a = &fakeAcker{}
+	l = run(a)
+	if err := l.delivered(ctx, "s", 7); !errors.Is(err, ErrForeignSeq) {
+		t.Fatalf("seq 7 of 3: %v, want ErrForeignSeq", err)
+	}
+	if st := a.state(); st != "acked [] left [c a b] released []" {
+		t.Fatalf("a foreign seq before confirmation: %s", st)
+	}
+
+	a = &fakeAcker{}
+	l = run(a)
+	src := l.source
+	if err := l.detach(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.state(); st != "acked [] left [] released [c a b]" {
+		t.Fatalf("stopped before confirmation: %s", st)
+	}
+	if n, _ := l.confirm(ctx); n != 0 {
+		t.Fatalf("confirm after detach acked %d", n)
 	}
 }

@@ -21,7 +21,9 @@ import (
 // That inference holds because a run processes its rows in order: one
 // rocketmq stream per rule, concurrency 1, no buffer-full discarding, no
 // overlapping or event-time windows. The source checks those options when it
-// connects (rulecheck.go) and refuses to start without them.
+// connects (rulecheck.go) and refuses to start without them. Nothing is
+// acked before the run is confirmed (confirm): until then the settled
+// messages are held.
 type ledger struct {
 	key ledgerKey
 
@@ -44,6 +46,14 @@ type ledger struct {
 	// earlier run): progress can no longer be trusted, and the run acks
 	// nothing more; its messages come back.
 	poisoned error
+	// confirmed: the rule's stored definition, read again after the run
+	// started (watchRule's first read), is still the one checked. Until
+	// then the messages the run settled are held in held, not acked: an
+	// update the topology check cannot see (a window kind, an option) may
+	// be what runs, and only that read tells. confirm acks them; poison
+	// leaves them to come back; detach gives them back.
+	confirmed bool
+	held      []*heldMsg
 }
 
 // ErrForeignSeq: a sink delivered a row whose rocketmq_seq this run of the
@@ -171,6 +181,7 @@ func (l *ledger) detach(ctx context.Context, src any) error {
 		return nil
 	}
 	back := l.takeLocked(func(pendingRow) bool { return true })
+	back = append(back, l.takeHeldLocked()...)
 	acker := l.acker
 	l.source, l.acker = nil, nil
 	l.mu.Unlock()
@@ -263,13 +274,14 @@ func (l *ledger) delivered(ctx context.Context, sink string, seq int64) error {
 	if err := l.poisoned; err != nil {
 		l.mu.Unlock()
 		l.failed(l.ingested())
+		l.leaveHeld()
 		return err
 	}
 	if seq > l.marks[sink] {
 		l.marks[sink] = seq
 	}
 	low := l.lowLocked()
-	done := l.takeLocked(func(r pendingRow) bool { return r.seq <= low })
+	done := l.holdLocked(l.takeLocked(func(r pendingRow) bool { return r.seq <= low }))
 	acker := l.acker
 	l.mu.Unlock()
 	if acker == nil || len(done) == 0 {
@@ -317,6 +329,69 @@ func (l *ledger) poison(err error) {
 	}
 	l.mu.Unlock()
 	l.failed(l.ingested())
+	l.leaveHeld()
+}
+
+// holdLocked keeps done in held while the run is not confirmed, and returns
+// what may be acked now.
+func (l *ledger) holdLocked(done []*heldMsg) []*heldMsg {
+	if l.confirmed || len(done) == 0 {
+		return done
+	}
+	l.held = append(l.held, done...)
+	return nil
+}
+
+// takeHeldLocked empties held and returns what it held, the dead-lettered
+// copies included.
+func (l *ledger) takeHeldLocked() []*heldMsg {
+	held := l.held
+	l.held = nil
+	for _, m := range held {
+		m.gone = true
+	}
+	return held
+}
+
+// leaveHeld leaves the held messages to come back (the run is poisoned).
+func (l *ledger) leaveHeld() {
+	l.mu.Lock()
+	held := l.takeHeldLocked()
+	acker := l.acker
+	l.mu.Unlock()
+	if acker != nil {
+		for _, m := range held {
+			acker.Leave(m.h)
+		}
+	}
+}
+
+// confirm records that the rule's stored definition, read again after the
+// run started, is the one checked, and acks what the run held until then.
+// It returns how many messages it acked (dead-lettered copies are left, as
+// settle does). A poisoned run confirms nothing: it returns the poison.
+func (l *ledger) confirm(ctx context.Context) (int, error) {
+	l.mu.Lock()
+	if err := l.poisoned; err != nil {
+		l.mu.Unlock()
+		l.leaveHeld()
+		return 0, err
+	}
+	l.confirmed = true
+	done := l.held
+	l.held = nil
+	acker := l.acker
+	l.mu.Unlock()
+	if acker == nil || len(done) == 0 {
+		return 0, nil
+	}
+	n := 0
+	for _, m := range done {
+		if !m.dead {
+			n++
+		}
+	}
+	return n, settle(ctx, acker, done)
 }
 
 // pending is how many messages wait to be settled (tests, status).
@@ -359,9 +434,10 @@ func (l *ledger) settleIdle(ctx context.Context, seq int64) (int, error) {
 	if err := l.poisoned; err != nil {
 		l.mu.Unlock()
 		l.failed(seq)
+		l.leaveHeld()
 		return 0, err
 	}
-	done := l.takeLocked(func(r pendingRow) bool { return r.seq <= seq })
+	done := l.holdLocked(l.takeLocked(func(r pendingRow) bool { return r.seq <= seq }))
 	acker := l.acker
 	l.mu.Unlock()
 	if acker == nil || len(done) == 0 {

@@ -424,9 +424,14 @@ var defWatchTimes = []time.Duration{2 * time.Second, 10 * time.Second, 30 * time
 // (confirmRule read the old one twice) shows as a definition that differs
 // from the checked one. Then the run's ledger acks nothing more (its
 // messages come back) and the rule is restarted, so that the check runs on
-// what is stored now.
+// what is stored now. The first read that finds the checked definition
+// confirms the run: its ledger acks nothing before (ledger.confirm), so that
+// an update the topology check cannot see (a window kind, an option) acks
+// nothing either. A read that fails before it is tried again after the
+// first delay.
 func watchRule(ctx context.Context, sctx api.StreamContext, def ruleDef, led *ledger, times []time.Duration) {
-	for i := 0; ; i++ {
+	confirmed := false
+	for i := 0; ; {
 		select {
 		case <-ctx.Done():
 			return
@@ -435,9 +440,23 @@ func watchRule(ctx context.Context, sctx api.StreamContext, def ruleDef, led *le
 		var now ruleDef
 		if err := getJSON(ctx, ruleAPI()+"/rules/"+url.PathEscape(def.ID), &now); err != nil {
 			sctx.GetLogger().Debugf("rocketmq source: re-reading rule %s: %v", def.ID, err)
+			if confirmed {
+				i++
+			}
 			continue
 		}
+		i++
 		if reflect.DeepEqual(now, def) {
+			if !confirmed {
+				confirmed = true
+				// Logged before the acks: the tests order the two.
+				sctx.GetLogger().Infof("rocketmq source: rule %s confirmed (its stored definition is the one checked): the run acks from now on", def.ID)
+				n, err := led.confirm(ctx)
+				if err != nil {
+					sctx.GetLogger().Warnf("rocketmq source: confirming rule %s: %v", def.ID, err)
+				}
+				sctx.GetLogger().Debugf("rocketmq source: rule %s: acked the %d messages held until it was confirmed", def.ID, n)
+			}
 			continue
 		}
 		err := &RuleError{Rule: def.ID, Reason: "the rule's stored definition is no longer the one checked (updated while starting): this run acks nothing more, and the rule is restarted"}
