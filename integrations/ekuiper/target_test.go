@@ -333,3 +333,31 @@ func num(v any) int {
 	}
 	return -1
 }
+
+// watchAcksFollowWrites samples, on rmqfake, the invariant of the rules that
+// write results to tg.out: no input message is acked before a result was
+// written. The function it returns stops the sampling and gives the
+// violation seen, "" for none (always "" on the broker, whose acks cannot
+// be counted).
+func (tg *target) watchAcksFollowWrites() (stop func() string) {
+	quit, checked := make(chan struct{}), make(chan string, 1)
+	go func() {
+		defer close(checked)
+		for tg.fake != nil {
+			if acked, written := tg.inStats().Acked, tg.fake.Stats().Topics[tg.out].Sent; acked > 0 && written == 0 {
+				checked <- fmt.Sprintf("%d input messages acked before any result was written", acked)
+				return
+			}
+			select {
+			case <-quit:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() string {
+		once.Do(func() { close(quit) })
+		return <-checked
+	}
+}

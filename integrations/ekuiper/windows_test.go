@@ -32,29 +32,7 @@ func windowCounts(t *testing.T, tg *target, c windowCase) {
 	out := tg.readOut(t)
 	srv.rule("counts", c.sql, []map[string]any{tg.sinkAction(nil)}, nil)
 	srv.waitRunning("counts")
-	stop := make(chan struct{})
-	checked := make(chan string, 1)
-	if tg.fake != nil {
-		// The invariant, sampled while the rule runs: acks follow writes.
-		go func() {
-			defer close(checked)
-			for {
-				acked := tg.inStats().Acked
-				written := tg.fake.Stats().Topics[tg.out].Sent
-				if acked > 0 && written == 0 {
-					checked <- fmt.Sprintf("%d input messages acked before any window result was written", acked)
-					return
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
-		}()
-	} else {
-		close(checked)
-	}
+	checked := tg.watchAcksFollowWrites()
 	rows := rowsN(c.sessions*c.per, func(i int) map[string]any { return map[string]any{"word": i} })
 	lite := func(i int) string { return tg.lite(i % c.sessions) }
 	tg.send(t, rows, lite)
@@ -87,12 +65,12 @@ func windowCounts(t *testing.T, tg *target, c windowCase) {
 			st := tg.inStats()
 			return st.Acked == int64(c.sessions*c.per) && st.InFlight == 0, fmt.Sprintf("%+v", st)
 		})
-		close(stop)
-		if msg, bad := <-checked; bad {
+		if msg := checked(); msg != "" {
 			t.Fatal(msg)
 		}
 		return
 	}
+	checked()
 	srv.stop()
 	tg.noneComeBack(t, 12*time.Second)
 }
@@ -121,22 +99,7 @@ func TestCountWindow(t *testing.T) {
 		srv.rule("counts", `SELECT session, count(*) AS tokens, max(meta(rocketmq_seq)) AS rocketmq_seq
 			FROM s GROUP BY session, COUNTWINDOW(5)`, []map[string]any{tg.sinkAction(nil)}, nil)
 		srv.waitRunning("counts")
-		stop := make(chan struct{})
-		checked := make(chan string, 1)
-		go func() { // the invariant, sampled: acks follow writes
-			defer close(checked)
-			for tg.fake != nil {
-				if acked, written := tg.inStats().Acked, tg.fake.Stats().Topics[tg.out].Sent; acked > 0 && written == 0 {
-					checked <- fmt.Sprintf("%d input messages acked before any window result was written", acked)
-					return
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
-		}()
+		checked := tg.watchAcksFollowWrites()
 		const sessions = 3
 		next := 0
 		send := func(n int) {
@@ -198,8 +161,7 @@ func TestCountWindow(t *testing.T) {
 				st := tg.inStats()
 				return st.Acked == 15 && st.InFlight == 0 && st.Backlog == 0, fmt.Sprintf("%+v", st)
 			})
-			close(stop)
-			if msg, bad := <-checked; bad {
+			if msg := checked(); msg != "" {
 				t.Fatal(msg)
 			}
 			if st := tg.inStats(); st.DeadLettered != 0 {
@@ -207,7 +169,7 @@ func TestCountWindow(t *testing.T) {
 			}
 			return
 		}
-		close(stop)
+		checked()
 		srv.stop()
 		tg.noneComeBack(t, 12*time.Second)
 	})
@@ -301,22 +263,7 @@ func TestStateWindow(t *testing.T) {
 			FROM s WHERE session = "%s" GROUP BY STATEWINDOW(kind = "begin", kind = "end")`, tg.lite(0), tg.lite(0)),
 			[]map[string]any{tg.sinkAction(nil)}, nil)
 		srv.waitRunning("state")
-		stop := make(chan struct{})
-		checked := make(chan string, 1)
-		go func() { // the invariant, sampled: acks follow the write
-			defer close(checked)
-			for tg.fake != nil {
-				if acked, written := tg.inStats().Acked, tg.fake.Stats().Topics[tg.out].Sent; acked > 0 && written == 0 {
-					checked <- fmt.Sprintf("%d input messages acked before the window's result was written", acked)
-					return
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
-		}()
+		checked := tg.watchAcksFollowWrites()
 		n := 0
 		// phase sends rows of one kind and waits until the rule ingested
 		// them: the window sees the phases in order.
@@ -366,8 +313,7 @@ func TestStateWindow(t *testing.T) {
 				st := tg.inStats()
 				return st.Acked == 7 && st.InFlight == 0 && st.Backlog == 0, fmt.Sprintf("%+v", st)
 			})
-			close(stop)
-			if msg, bad := <-checked; bad {
+			if msg := checked(); msg != "" {
 				t.Fatal(msg)
 			}
 			if st := tg.inStats(); st.DeadLettered != 0 {
@@ -375,7 +321,7 @@ func TestStateWindow(t *testing.T) {
 			}
 			return
 		}
-		close(stop)
+		checked()
 		srv.stop()
 		tg.noneComeBack(t, 12*time.Second)
 	})
