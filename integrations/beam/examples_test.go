@@ -162,7 +162,11 @@ func TestExampleLiteworkKilledAndRerun(t *testing.T) {
 	// each time it takes effect, so a message acked before the kill and
 	// redelivered (its lite topic's offset commits only up to the first
 	// unacked message of the popped batch) is counted twice: at least n.
-	if g := st.Groups["agents-g"]; g.Backlog != 0 || g.InFlight != 0 || acked < n {
+	g, ok := st.Groups["agents-g"]
+	if !ok {
+		t.Fatalf("rmqfake reports no group agents-g: %v", st.Groups)
+	}
+	if g.Backlog != 0 || g.InFlight != 0 || acked < n {
 		t.Fatalf("after the rerun: group agents-g %+v, %d acks of %d messages", g.Counts, acked, n)
 	}
 	if acked-int64(n) > int64(dups) {
