@@ -202,8 +202,10 @@ type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause
 // handle, or sent with its outcome unknown) counts as a message that ended
 // without an ack: it is expected back, and the lite topic's later messages
 // are held back behind it as above. If the ack did take effect after all
-// (outcome unknown), the message never comes back and the lite topic goes on
-// after InvisibleDuration. Messages waiting for their ack count toward
+// (outcome unknown, or its answer lost), the message never comes back: the
+// lite topic goes on with the first of its messages the broker hands out
+// after the failure, since the broker would have handed out the failed one
+// first (TestRunnerAckAppliedButReportedFailed). Messages waiting for their ack count toward
 // RunnerConfig.MaxHeld, and shutdown waits for them (within
 // ShutdownTimeout).
 //
@@ -271,7 +273,7 @@ func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T
 	}
 	v := newValves(cfg.ErrorValves, time.Now)
 	v.groupMax = src.groupMaxAttempts
-	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), now: time.Now}, nil
+	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), now: func() time.Time { return src.clk.now() }}, nil
 }
 
 // ErrorBackoffFor is the deferral ErrorDefer applies at a delivery attempt.
@@ -531,8 +533,17 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 			switch {
 			case m.Meta.MessageID == b.head:
 				st.block = nil // the head is back
-			case now.After(b.expire) && m.Meta.ReceivedAt.After(b.since):
-				st.block = nil // the head will not be back; m came after it
+			case m.Meta.ReceivedAt.After(b.since):
+				// m was received after the head ended unacked, and the head
+				// did not come before it: the broker hands a lite topic (a
+				// FIFO group) out in order from its first unacked message,
+				// so the head is done there: its ack took effect after all
+				// (a failure with the outcome unknown or the answer lost),
+				// it was dead-lettered, or it came back and ran before this
+				// block was set (a late failure under PipelineAcks).
+				// Holding m back would only return it again and again, each
+				// return a delivery attempt, until the broker dead-letters it.
+				st.block = nil
 			case now.After(b.expire):
 				// m was received before the head failed: on the broker it
 				// is behind the head, which was never acked here. Never
@@ -597,7 +608,8 @@ func (d *dispatcher[T]) setBlock(st *keyState[T], m *AckableMessage[T], seq uint
 // it must not block. A failed ack blocks the key behind m exactly as a
 // message that ended unacked does: m comes back (unless the ack took effect
 // after all, an outcome-unknown failure), and the key's later messages are
-// held back until it has, or until its invisibility has passed.
+// held back until it has, or until a later one arrives first (m is done on
+// the broker), or until its invisibility has passed.
 func (d *dispatcher[T]) acked(k string, st *keyState[T], m *AckableMessage[T], seq uint64, err error) {
 	if err != nil {
 		d.r.src.log.Warn("rmqflow: runner could not ack a message; it will be delivered again, and its lite topic waits for it",

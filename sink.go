@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
@@ -110,9 +111,11 @@ type Record struct {
 
 // SendFuture is the pending result of Sink.Write.
 type SendFuture struct {
-	done chan struct{}
-	id   string
-	err  error
+	done     chan struct{}
+	accepted string // the id Write fixed; never changes once Write returned
+	id       string
+	err      error
+	ep       *epoch // the Flush epoch the record counts in
 }
 
 // Done is closed when the result is known.
@@ -126,13 +129,41 @@ func (f *SendFuture) Done() <-chan struct{} { return f.done }
 // record never accepted (written after Close, or its Write's ctx ended).
 func (f *SendFuture) Result() (string, error) { return f.id, f.err }
 
-// Wait waits for the result or ctx.
+// Wait waits for the result or ctx. When ctx ends first it returns ctx's
+// error with the id the record was accepted under (empty if it was not): the
+// record is still being sent and may be stored under that id.
 func (f *SendFuture) Wait(ctx context.Context) (string, error) {
 	select {
 	case <-f.done:
 		return f.id, f.err
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return f.accepted, ctx.Err()
+	}
+}
+
+// epoch counts the records written between two Flushes. Its count holds one
+// per record not yet settled, one while it is the current epoch (until a
+// Flush seals it), and one while the epoch before it is not done; done
+// closes when the count reaches zero, so an epoch is done only when its
+// records and every earlier one are settled.
+type epoch struct {
+	n    atomic.Int64
+	done chan struct{}
+	next *epoch // set when a Flush seals this epoch, before it drops its token
+}
+
+func newEpoch(tokens int64) *epoch {
+	e := &epoch{done: make(chan struct{})}
+	e.n.Store(tokens)
+	return e
+}
+
+// release drops one token of e; the last one closes e and releases the
+// token e's successor holds on it.
+func (e *epoch) release() {
+	for e != nil && e.n.Add(-1) == 0 {
+		close(e.done)
+		e = e.next
 	}
 }
 
@@ -165,7 +196,10 @@ type Sink struct {
 	in      chan pendingSend   // records with no order key; closed by Close once no Write can send on it
 	keyed   []chan pendingSend // per sender: the records of the lite topics and groups hashed to it
 	seed    maphash.Seed
-	pending sync.WaitGroup
+	epoch   *epoch // the records written since the last Flush; guarded by mu
+	// flushSealed, when set (tests), is called by Flush once it has sealed
+	// its epoch: records written after that are not waited for.
+	flushSealed func()
 	workers sync.WaitGroup
 	// sendCtx bounds every SendMessage and retry wait; Close cancels it when
 	// its own ctx ends first.
@@ -193,7 +227,7 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, c: c, metrics: newMetrics(cfg.Meter), in: make(chan pendingSend, cfg.BatchSize*cfg.Concurrency),
-		keyed: make([]chan pendingSend, cfg.Concurrency), seed: maphash.MakeSeed(), closing: make(chan struct{})}
+		keyed: make([]chan pendingSend, cfg.Concurrency), seed: maphash.MakeSeed(), closing: make(chan struct{}), epoch: newEpoch(1)}
 	s.sendCtx, s.cancelSend = context.WithCancelCause(context.Background())
 	for i := range s.keyed {
 		s.keyed[i] = make(chan pendingSend, cfg.BatchSize)
@@ -224,13 +258,15 @@ func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 		close(f.done)
 		return f
 	}
-	s.pending.Add(1)
+	f.ep = s.epoch
+	f.ep.n.Add(1)
 	s.writers.Add(1)
 	s.mu.Unlock()
 	defer s.writers.Done()
 	// The id is fixed here, before the first attempt: retries reuse it.
 	m.MessageID = client.NewMessageID()
 	f.id = m.MessageID // set before the record is queued: the sender writes f next
+	f.accepted = m.MessageID
 	p := pendingSend{msg: m, f: f}
 	q := s.queueOf(m)
 	select {
@@ -241,13 +277,11 @@ func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 	select {
 	case q <- p:
 	case <-ctx.Done():
-		f.id, f.err = "", ctx.Err()
-		close(f.done)
-		s.pending.Done()
+		f.accepted, f.id, f.err = "", "", ctx.Err()
+		f.settle()
 	case <-s.closing:
-		f.id, f.err = "", fmt.Errorf("%w: Close began while Write waited for room in the queue", ErrSinkClosed)
-		close(f.done)
-		s.pending.Done()
+		f.accepted, f.id, f.err = "", "", fmt.Errorf("%w: Close began while Write waited for room in the queue", ErrSinkClosed)
+		f.settle()
 	}
 	return f
 }
@@ -287,19 +321,33 @@ func (s *Sink) Send(ctx context.Context, recs ...Record) ([]string, []error) {
 	return ids, errs
 }
 
-// Flush waits until every record written so far has its result, or ctx ends.
+// Flush waits until every record whose Write returned before Flush began
+// has its result, or ctx ends. Records written meanwhile are not waited for.
+// It is safe to call concurrently with Write, Close and other Flushes.
 func (s *Sink) Flush(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		s.pending.Wait()
-		close(done)
-	}()
+	s.mu.Lock()
+	e := s.epoch
+	s.epoch = newEpoch(2) // its own token, and one until e is done
+	e.next = s.epoch
+	hook := s.flushSealed
+	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	e.release() // e's own token: e is done once its records and the earlier epochs are
 	select {
-	case <-done:
+	case <-e.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// settle closes f's Done and counts it settled in its Flush epoch; f's
+// result must be set.
+func (f *SendFuture) settle() {
+	close(f.done)
+	f.ep.release()
 }
 
 // Close stops accepting records: later Writes, and Writes blocked on a full
@@ -491,8 +539,7 @@ func (s *Sink) sendRetrying(batch []pendingSend) {
 			}
 			s.metrics.sent(context.Background(), e)
 			p.f.id, p.f.err = id, e
-			close(p.f.done)
-			s.pending.Done()
+			p.f.settle()
 		}
 		todo = retry
 		if len(todo) > 0 {
@@ -506,7 +553,6 @@ func (s *Sink) finish(ps []pendingSend, err error) {
 	for _, p := range ps {
 		s.metrics.sent(context.Background(), err)
 		p.f.id, p.f.err = p.msg.MessageID, err
-		close(p.f.done)
-		s.pending.Done()
+		p.f.settle()
 	}
 }
