@@ -200,7 +200,7 @@ type Sink struct {
 	// flushSealed, when set (tests), is called by Flush once it has sealed
 	// its epoch: records written after that are not waited for.
 	flushSealed func()
-	workers sync.WaitGroup
+	workers     sync.WaitGroup
 	// sendCtx bounds every SendMessage and retry wait; Close cancels it when
 	// its own ctx ends first.
 	sendCtx    context.Context
