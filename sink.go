@@ -20,6 +20,11 @@ const (
 	DefaultSinkConcurrency = 4
 	DefaultSinkBatchSize   = 32
 	DefaultSinkLinger      = 5 * time.Millisecond
+	// MaxSinkConcurrency and MaxSinkBatchSize bound SinkConfig's
+	// Concurrency and BatchSize: the sink allocates queues of
+	// Concurrency×BatchSize records.
+	MaxSinkConcurrency = 1024
+	MaxSinkBatchSize   = 1024
 )
 
 // SinkConfig configures a Sink.
@@ -31,8 +36,10 @@ type SinkConfig struct {
 	// LiteTopic is the lite topic of records that name none. Empty: records
 	// without a lite topic are normal messages.
 	LiteTopic string
-	// MaxAttempts bounds the tries of a record that fails with a retriable
-	// error. Default 3.
+	// MaxAttempts bounds the calls that may store a record: it is retried
+	// after a retriable failure while fewer were made. A call of a batch
+	// refused as a whole (one bad record refuses its batch and stores none
+	// of it; its records then go one per call) does not count. Default 3.
 	MaxAttempts int
 	// Concurrency is the number of senders, each sending one batch at a
 	// time (the records of a batch with a lite topic or message group go
@@ -87,10 +94,10 @@ func (c SinkConfig) validate() error {
 		return optionError("Topic", "required")
 	case c.MaxAttempts < 0:
 		return optionError("MaxAttempts", "must not be negative")
-	case c.Concurrency < 0:
-		return optionError("Concurrency", "must not be negative")
-	case c.BatchSize < 0:
-		return optionError("BatchSize", "must not be negative")
+	case c.Concurrency < 0 || c.Concurrency > MaxSinkConcurrency:
+		return optionError("Concurrency", fmt.Sprintf("must be 0 (default) to %d", MaxSinkConcurrency))
+	case c.BatchSize < 0 || c.BatchSize > MaxSinkBatchSize:
+		return optionError("BatchSize", fmt.Sprintf("must be 0 (default) to %d", MaxSinkBatchSize))
 	case c.Linger < 0:
 		return optionError("Linger", "must not be negative")
 	}
@@ -469,7 +476,7 @@ func (s *Sink) send(batch []pendingSend) {
 	}
 	sendChain := func(chain []pendingSend) {
 		for _, p := range chain {
-			s.sendRetrying([]pendingSend{p})
+			s.sendRetrying([]pendingSend{p}, 0)
 		}
 	}
 	if len(order) == 1 && len(plain) == 0 {
@@ -488,20 +495,21 @@ func (s *Sink) send(batch []pendingSend) {
 		}()
 	}
 	if len(plain) > 0 {
-		s.sendRetrying(plain)
+		s.sendRetrying(plain, 0)
 	}
 	wg.Wait()
 }
 
 // sendRetrying sends records in one call, retrying those that failed
-// retriably, each under the id Write gave it, in their order. A
-// multi-message SendMessage is stored as one batch, all or nothing (the
-// proxy answers it with one entry).
-func (s *Sink) sendRetrying(batch []pendingSend) {
+// retriably, each under the id Write gave it, in their order; tried is how
+// often they were sent before (MaxAttempts bounds the sum). A multi-message
+// SendMessage is stored as one batch, all or nothing (the proxy answers it
+// with one entry).
+func (s *Sink) sendRetrying(batch []pendingSend, tried int) {
 	ctx := s.sendCtx
 	todo := batch
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
-	for attempt := 1; len(todo) > 0; attempt++ {
+	for attempt := tried + 1; len(todo) > 0; attempt++ {
 		if ctx.Err() != nil {
 			// Close gave up waiting: fail what is left, never drop it.
 			s.finish(todo, context.Cause(ctx))
@@ -516,10 +524,12 @@ func (s *Sink) sendRetrying(batch []pendingSend) {
 			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
 		}
 		if err != nil && len(todo) > 1 && !client.IsRetriable(err) {
-			// One bad record fails a whole request: isolate it by sending
-			// each record on its own.
+			// One bad record fails a whole request, which stores none of
+			// them: isolate it by sending each record on its own. This
+			// call stored nothing, so it does not count toward MaxAttempts;
+			// the earlier ones may have, and do.
 			for _, p := range todo {
-				s.sendRetrying([]pendingSend{p})
+				s.sendRetrying([]pendingSend{p}, attempt-1)
 			}
 			return
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
@@ -175,5 +177,57 @@ func TestSinkWaitTimeoutKeepsTheID(t *testing.T) {
 	final, err := fs[0].Result()
 	if !errors.Is(err, rmqflow.ErrSinkClosed) || final != id {
 		t.Fatalf("result %q, %v; want %q and ErrSinkClosed", final, err, id)
+	}
+}
+
+// TestSinkMaxAttemptsAcrossIsolation: MaxAttempts bounds the calls that may
+// store a record. r1 and r2 share a call that fails retriably (it may have
+// stored them), then one refused as a whole (which stores nothing), then go
+// one per call; r1 keeps failing retriably. With MaxAttempts 3, r1 is sent
+// 4 times: 3 calls that may store it and the refused one. Before, the
+// isolation started its count afresh and r1 went 5 times.
+func TestSinkMaxAttemptsAcrossIsolation(t *testing.T) {
+	s := rmqfake.NewForTest(t)
+	must(t, s.CreateTopic("t", rmqfake.TopicNormal))
+	var mu sync.Mutex
+	calls := map[string]int{} // body -> calls carrying it
+	batchCalls := 0
+	s.Intercept("SendMessage", func(c rmqfake.Call) rmqfake.Verdict {
+		mu.Lock()
+		defer mu.Unlock()
+		msgs := c.Request.(*v2.SendMessageRequest).GetMessages()
+		for _, m := range msgs {
+			calls[string(m.GetBody())]++
+		}
+		if len(msgs) > 1 {
+			batchCalls++
+			if batchCalls == 1 {
+				return rmqfake.Verdict{Err: status.Error(codes.Unavailable, "try again")}
+			}
+			return rmqfake.Verdict{Err: status.Error(codes.InvalidArgument, "one bad record refuses the call")}
+		}
+		if string(msgs[0].GetBody()) == "r1" {
+			return rmqfake.Verdict{Err: status.Error(codes.Unavailable, "try again")}
+		}
+		return rmqfake.Verdict{}
+	})
+	ctx := rmqtest.Context(t, time.Minute)
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: s.Addr()},
+		Topic: "t", Concurrency: 1, BatchSize: 2, Linger: time.Minute, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+	ids, errs := sink.Send(ctx, rmqflow.Record{Body: []byte("r1")}, rmqflow.Record{Body: []byte("r2")})
+	if errs[0] == nil || errs[1] != nil {
+		t.Fatalf("results %v, %v; want r1 failed, r2 stored", errs[0], errs[1])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if batchCalls != 2 || calls["r1"] != 4 || calls["r2"] != 3 {
+		t.Fatalf("%d batch calls; r1 in %d calls, r2 in %d; want 2, 4 (3 that may store it) and 3", batchCalls, calls["r1"], calls["r2"])
+	}
+	if ids[1] == "" {
+		t.Fatal("r2 has no id")
 	}
 }
