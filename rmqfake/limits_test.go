@@ -393,3 +393,36 @@ func TestRestartLeavesNoExpiry(t *testing.T) {
 		t.Errorf("after Restart: %d sessions, %d timers; want 0 and 0", st.Sessions, st.Timers)
 	}
 }
+
+// TestTelemetryUnregisteredStreamSpeaksForNoOne: a Telemetry stream that
+// names a client's id but never had a settings command accepted (here: sends
+// nothing, then is cancelled) neither drops that client's lite subscription
+// nor keeps its session alive. Anyone may open a stream naming any id; before,
+// cancelling one offlined the client it named.
+func TestTelemetryUnregisteredStreamSpeaksForNoOne(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	c := newClient(t, s, client.Config{ClientID: "victim"})
+	stream, err := v2.NewMessagingServiceClient(c.Conn()).Telemetry(c.OutgoingContext(ctxT(t)))
+	must(t, err)
+	must(t, stream.Send(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: consumerSettings(v2.ClientType_LITE_PUSH_CONSUMER, exactGroup, liteTopic)}}))
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup, LiteTopics: []string{"x"}}))
+	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 1 && st.LiteSubscriptions == 1 }))
+
+	forger := newClient(t, s, client.Config{ClientID: "victim"})
+	fctx, cancel := context.WithCancel(ctxT(t))
+	forged, err := v2.NewMessagingServiceClient(forger.Conn()).Telemetry(forger.OutgoingContext(fctx))
+	must(t, err)
+	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 2 })) // open on the server
+	cancel()
+	// Once the server's handler of the forged stream returned, its cancel
+	// was seen (and, before the fix, the victim offlined).
+	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 1 }))
+	_, _ = forged.Recv()
+	if st := s.Stats(); st.LiteSubscriptions != 1 || st.Sessions != 1 {
+		t.Fatalf("after a stranger's stream naming the client was cancelled: %d lite subscriptions, %d sessions; want 1 and 1", st.LiteSubscriptions, st.Sessions)
+	}
+}
