@@ -77,7 +77,7 @@ user off off-secret disabled
 	// Errors name the line, and never quote what follows a user's name: a
 	// password with a space in it would show its second half.
 	for bad, want := range map[string]string{
-		"user w s\nuser bob hunter2 tail": "line 2",
+		"user w s\nuser bob hunter2 tail":      "line 2",
 		"user w s\n\nacl w Topic:x Pubb allow": "line 3",
 	} {
 		_, err := rmqfake.ParseUsers(strings.NewReader(bad))
