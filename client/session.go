@@ -73,6 +73,7 @@ type Session struct {
 	// re-opened stream: the periodic goroutine then syncs lite
 	// subscriptions at once instead of on its next tick.
 	resync    chan struct{}
+	life      context.Context // ends when the session closes
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
@@ -119,6 +120,7 @@ func (c *Client) OpenSession(ctx context.Context, cfg SessionConfig) (*Session, 
 		exact:         map[string]map[string]struct{}{},
 		firstSettings: make(chan struct{}),
 		resync:        make(chan struct{}, 1),
+		life:          runCtx,
 		cancel:        cancel,
 		done:          make(chan struct{}),
 		wireType:      v2.ClientType(cfg.Type),
@@ -175,6 +177,10 @@ func (s *Session) shutdown(ctx context.Context, notify bool) error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		<-s.done
+		// A Rejoin in progress sees the session's end and returns; none
+		// starts after this, so no COMPLETE_ADD follows the termination.
+		s.subMu.Lock()
+		s.subMu.Unlock() //nolint:staticcheck // a barrier, not a critical section
 		s.c.mu.Lock()
 		delete(s.c.sessions, s)
 		s.c.mu.Unlock()
@@ -470,12 +476,14 @@ func (s *Session) syncAll(ctx context.Context) error {
 // v). A re-join makes the broker look again, 5 to 15 s later.
 //
 // The COMPLETE_ADD is sent whatever became of the COMPLETE_REMOVE (a
-// timed-out one may have been applied), on its own RequestTimeout even when
-// ctx ends meanwhile; when it fails, the session syncs its subscription again
-// with backoff until a sync succeeds, as after a reconnect. Only for a
-// LiteWildcard session with no exact lite topics of mainTopic (a
-// COMPLETE_REMOVE would drop them); it excludes SubscribeLite and
-// UnsubscribeLite while it runs.
+// timed-out one may have been applied), unless ctx has ended (the caller gave
+// up) or the session closed. Whenever the COMPLETE_ADD was not sent or
+// failed, or the COMPLETE_REMOVE failed (it may yet be applied after the
+// ADD), the session syncs its subscription again at once and with backoff
+// until a sync succeeds, as after a reconnect. Only for a LiteWildcard
+// session with no exact lite topics of mainTopic (a COMPLETE_REMOVE would
+// drop them); it excludes SubscribeLite and UnsubscribeLite while it runs,
+// and Close waits for it (its calls end when the session closes).
 func (s *Session) Rejoin(ctx context.Context, mainTopic string) error {
 	if !s.cfg.LiteWildcard {
 		return &ConfigError{Option: "SessionConfig.LiteWildcard", Reason: "Rejoin is for wildcard lite sessions"}
@@ -488,19 +496,33 @@ func (s *Session) Rejoin(ctx context.Context, mainTopic string) error {
 	if exact > 0 {
 		return &ConfigError{Option: "Rejoin", Reason: fmt.Sprintf("the session has %d exact lite topics of %s, which a re-join would drop", exact, mainTopic)}
 	}
-	req := LiteSyncRequest{Action: LiteCompleteRemove, Topic: mainTopic, Group: s.cfg.Group}
-	rerr := s.c.SyncLiteSubscription(ctx, req)
-	req.Action = LiteCompleteAdd
-	aerr := s.c.SyncLiteSubscription(context.WithoutCancel(ctx), req)
-	if aerr != nil {
+	if s.life.Err() != nil {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
+	resync := func() {
 		select {
 		case s.resync <- struct{}{}:
 		default:
 		}
+	}
+	req := LiteSyncRequest{Action: LiteCompleteRemove, Topic: mainTopic, Group: s.cfg.Group}
+	rerr := s.c.SyncLiteSubscription(ctx, req)
+	if err := ctx.Err(); err != nil {
+		resync()
+		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_ADD not sent (the session's own sync follows): %w", mainTopic, err)
+	}
+	req.Action = LiteCompleteAdd
+	aerr := s.c.SyncLiteSubscription(ctx, req)
+	if aerr != nil {
+		resync()
 		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_ADD (a sync with backoff follows): %w", mainTopic, aerr)
 	}
 	if rerr != nil {
-		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_REMOVE (COMPLETE_ADD sent): %w", mainTopic, rerr)
+		resync()
+		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_REMOVE (COMPLETE_ADD sent, and a sync follows): %w", mainTopic, rerr)
 	}
 	return nil
 }

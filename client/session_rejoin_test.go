@@ -19,6 +19,8 @@ func TestSessionRejoin(t *testing.T) {
 	reply := consumerReply(v2.ClientType_LITE_SIMPLE_CONSUMER)
 	syncs := make(chan *v2.SyncLiteSubscriptionRequest, 64)
 	var failRemove, failAdds atomic.Int32
+	var blockRemove atomic.Bool // a COMPLETE_REMOVE waits until its caller gives up
+	notified := make(chan struct{}, 4)
 	var failed atomic.Pointer[v2.SyncLiteSubscriptionRequest] // the last request answered with a failure
 	f := &fakeServer{
 		telemetry: func(st v2.MessagingService_TelemetryServer) error {
@@ -31,7 +33,12 @@ func TestSessionRejoin(t *testing.T) {
 			<-st.Context().Done()
 			return nil
 		},
-		syncLite: func(_ context.Context, r *v2.SyncLiteSubscriptionRequest) (*v2.SyncLiteSubscriptionResponse, error) {
+		syncLite: func(ctx context.Context, r *v2.SyncLiteSubscriptionRequest) (*v2.SyncLiteSubscriptionResponse, error) {
+			if r.GetAction() == v2.LiteSubscriptionAction_COMPLETE_REMOVE && blockRemove.Load() {
+				syncs <- r
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
 			fail := (r.GetAction() == v2.LiteSubscriptionAction_COMPLETE_REMOVE && failRemove.Add(-1) >= 0) ||
 				(r.GetAction() == v2.LiteSubscriptionAction_COMPLETE_ADD && failAdds.Add(-1) >= 0)
 			if fail {
@@ -47,6 +54,7 @@ func TestSessionRejoin(t *testing.T) {
 			return &v2.HeartbeatResponse{Status: okStatus()}, nil
 		},
 		notify: func(context.Context, *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
+			notified <- struct{}{}
 			return &v2.NotifyClientTerminationResponse{Status: okStatus()}, nil
 		},
 	}
@@ -80,6 +88,32 @@ func TestSessionRejoin(t *testing.T) {
 	}
 	next(v2.LiteSubscriptionAction_COMPLETE_REMOVE)
 	next(v2.LiteSubscriptionAction_COMPLETE_ADD) // sent anyway
+	// The failed REMOVE may yet be applied after the ADD: the session syncs
+	// again at once.
+	resyncPass := func() {
+		t.Helper()
+		for _, topic := range []string{"main", "exact"} {
+			r := waitFor(t, syncs, 10*time.Second, "a resync COMPLETE_ADD of "+topic)
+			if r.GetAction() != v2.LiteSubscriptionAction_COMPLETE_ADD || r.GetTopic().GetName() != topic {
+				t.Fatalf("got %v, want the resync's COMPLETE_ADD of %s", r, topic)
+			}
+		}
+	}
+	resyncPass()
+
+	// The caller gives up during the REMOVE: Rejoin returns at once and sends
+	// no ADD itself; the session's own sync puts the client back.
+	blockRemove.Store(true)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Rejoin(ctx, "main") }()
+	next(v2.LiteSubscriptionAction_COMPLETE_REMOVE)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Rejoin whose ctx ended: %v, want context.Canceled", err)
+	}
+	blockRemove.Store(false)
+	resyncPass()
 
 	failAdds.Store(2)
 	if err := s.Rejoin(t.Context(), "main"); err == nil {
@@ -124,6 +158,38 @@ func TestSessionRejoin(t *testing.T) {
 	select {
 	case r := <-syncs:
 		t.Errorf("a refused Rejoin sent %v", r)
+	default:
+	}
+
+	// Close during a Rejoin: the Rejoin ends with the session, and nothing
+	// is synced after the NotifyClientTermination; a later Rejoin sends
+	// nothing.
+	if err := s.UnsubscribeLite(t.Context(), "exact", "lt"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, syncs, time.Second, "the PARTIAL_REMOVE")
+	blockRemove.Store(true)
+	go func() { done <- s.Rejoin(t.Context(), "main") }()
+	next(v2.LiteSubscriptionAction_COMPLETE_REMOVE)
+	cctx, ccancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer ccancel()
+	if err := s.Close(cctx); err != nil {
+		t.Fatalf("Close during a Rejoin: %v", err)
+	}
+	if err := <-done; err == nil {
+		t.Error("a Rejoin cut by Close returned nil")
+	}
+	select {
+	case <-notified:
+	default:
+		t.Fatal("Close sent no NotifyClientTermination")
+	}
+	if err := s.Rejoin(t.Context(), "main"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Rejoin after Close: %v, want ErrClosed", err)
+	}
+	select {
+	case r := <-syncs:
+		t.Errorf("sent after Close: %v", r)
 	default:
 	}
 }
