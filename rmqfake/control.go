@@ -59,6 +59,11 @@ type Fault struct {
 	Latency time.Duration
 	// ErrorRate is the probability (0..1) that a call fails with Code.
 	ErrorRate float64
+	// LostAnswerRate is the probability (0..1) that a unary call is handled
+	// and then fails with Code instead of answering: it took effect, but
+	// the client sees a failure (Verdict.ErrAfter). Drawn for calls that
+	// ErrorRate let through.
+	LostAnswerRate float64
 	// Code is the gRPC code of injected failures; zero means
 	// codes.Unavailable.
 	Code codes.Code
@@ -181,12 +186,15 @@ func (s *Server) decide(ctx context.Context, call Call) (proto.Message, error) {
 	}
 	for _, f := range faults {
 		delay += f.Latency
+		code := f.Code
+		if code == codes.OK {
+			code = codes.Unavailable
+		}
 		if err == nil && resp == nil && f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
-			code := f.Code
-			if code == codes.OK {
-				code = codes.Unavailable
-			}
 			err = status.Errorf(code, "rmqfake: injected fault on %s", call.Method)
+		}
+		if err == nil && resp == nil && f.LostAnswerRate > 0 && rand.Float64() < f.LostAnswerRate {
+			err = &afterError{status.Errorf(code, "rmqfake: injected fault on %s after it took effect", call.Method)}
 		}
 	}
 	if delay > 0 && !sleep(ctx, s.cfg.clock, delay) {
