@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -533,10 +534,11 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 			switch {
 			case m.Meta.MessageID == b.head:
 				st.block = nil // the head is back
-			case m.Meta.ReceivedAt.After(b.since):
+			case m.Meta.ReceivedAt.After(b.since) && d.ordered(k, m):
 				// m was received after the head ended unacked, and the head
 				// did not come before it: the broker hands a lite topic (a
-				// FIFO group) out in order from its first unacked message,
+				// FIFO group's message group) out in order from its first
+				// unacked message,
 				// so the head is done there: its ack took effect after all
 				// (a failure with the outcome unknown or the answer lost),
 				// it was dead-lettered, or it came back and ran before this
@@ -581,6 +583,14 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 		}
 		d.settled()
 	}
+}
+
+// ordered reports whether the broker hands key k (m's) out in order from
+// its first unacked message: a lite topic always; a message group only on a
+// FIFO group (on another group its messages come in any order, and the
+// runner's hold-back is all that orders them).
+func (d *dispatcher[T]) ordered(k string, m *AckableMessage[T]) bool {
+	return strings.HasPrefix(k, "l:") || d.r.src.fifoGroup(m.Handle.Group)
 }
 
 // blockLocked holds st back behind m, which ended unacked and is due back at

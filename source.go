@@ -367,6 +367,18 @@ func (b *binding) rejoinDue(polledAt, now time.Time, n int, base time.Duration) 
 	return true, first
 }
 
+// fifoGroup reports whether the broker told the session of group's simple
+// binding that the group is FIFO: it then hands out each message group in
+// order from its first unacked message, as it does each lite topic.
+func (s *Source[T]) fifoGroup(group string) bool {
+	for _, b := range s.binds {
+		if b.group == group && !b.lite && b.sess != nil && b.sess.Settings().GetSubscription().GetFifo() {
+			return true
+		}
+	}
+	return false
+}
+
 // rejoinGap is the longest pause between an empty answer and the next poll
 // that still continues a run of empty receives.
 const rejoinGap = time.Second
