@@ -51,11 +51,11 @@ type AckPoolConfig struct {
 	// AllowedEndpoints lists the access points ("host:port" or
 	// "host:port;host:port" each, one per cluster) the pool acks to, for a
 	// pool that serves several clusters. Empty means Connection.Endpoints
-	// alone. One of the two must be set. A handle naming any other address,
-	// or addresses of two entries, fails with ErrEndpointNotAllowed, before
-	// any RPC and without creating a client: a pool never signs a request
-	// for a host it was not configured for, nor with another entry's
-	// credentials.
+	// alone. One of the two must be set. A handle naming any other address
+	// (or, with a Credentials resolver, addresses of two entries) fails with
+	// ErrEndpointNotAllowed, before any RPC and without creating a client: a
+	// pool never signs a request for a host it was not configured for, nor
+	// with another entry's credentials.
 	AllowedEndpoints []string
 	// MaxBatch caps the entries of one AckMessage RPC. Default 64, at most
 	// MaxAckMaxBatch.
@@ -507,7 +507,13 @@ func (p *ackPool) allow(endpoints string) (allowedAs, error) {
 				return allowedAs{}, fmt.Errorf("%w: %s", ErrEndpointNotAllowed, a)
 			}
 		}
-		return allowedAs{}, fmt.Errorf("%w: %s names addresses of more than one configured access point", ErrEndpointNotAllowed, endpoints)
+		if p.cfg.Credentials != nil {
+			// Each entry has credentials of its own: none may reach another's
+			// addresses.
+			return allowedAs{}, fmt.Errorf("%w: %s names addresses of more than one configured access point", ErrEndpointNotAllowed, endpoints)
+		}
+		// One identity for every entry: the addresses may mix.
+		as = allowedAs{canon: strings.Join(addrs, ";")}
 	}
 	// Remember the string: every handle of a source carries the same one,
 	// and parsing it for each ack took 4 of the 6 allocations of the

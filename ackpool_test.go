@@ -733,3 +733,20 @@ func TestAckPoolNormalisesHandleEndpoints(t *testing.T) {
 		t.Fatalf("%d clients and %d batchers for one address set, want 1 and 1", clients, batchers)
 	}
 }
+
+// TestAckPoolWithoutResolverMixesEntries: without a resolver every entry has
+// the connection's one identity, so a handle may name addresses of several
+// entries (a source's Endpoints "a;b" against entries "a" and "b").
+func TestAckPoolWithoutResolverMixesEntries(t *testing.T) {
+	pool, err := AcquireAckPool(AckPoolConfig{AllowedEndpoints: []string{"127.0.0.1:7001", "127.0.0.1:7002"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	if _, err := pool.s.client("127.0.0.1:7001;127.0.0.1:7002", ""); err != nil {
+		t.Fatalf("a handle naming both entries: %v", err)
+	}
+	if _, err := pool.s.client("127.0.0.1:7001;127.0.0.1:7003", ""); !errors.Is(err, ErrEndpointNotAllowed) {
+		t.Fatalf("a handle naming an address of no entry: %v, want ErrEndpointNotAllowed", err)
+	}
+}
