@@ -768,12 +768,24 @@ func (d *dispatcher[T]) call(ctx context.Context, m *AckableMessage[T]) (dec Dec
 	return d.r.handle(ctx, m)
 }
 
+// valveFired reports which safety valve fires for m, or "". None fires while
+// Run shuts down: what a handler gives back then (a Release or an error as
+// its context is cancelled, as the integrations do when they close) was not
+// worked, and dead-lettering it would drop it unprocessed; it comes back, and
+// the valves judge it on its next delivery.
+func (d *dispatcher[T]) valveFired(m *AckableMessage[T]) string {
+	if d.runCtx.Err() != nil {
+		return ""
+	}
+	return d.r.valves.firedAfter(&m.Meta, m.Handle, d.r.returns.count(m.Meta.MessageID))
+}
+
 // deferOrDeadLetter defers (or releases) m as dec says unless a safety valve
 // fires, in which case m is dead-lettered. cause is the handler's error, if
 // any.
 func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], dec Decision, cause error) (outcome, time.Time) {
 	r := d.r
-	if valve := r.valves.firedAfter(&m.Meta, m.Handle, r.returns.count(m.Meta.MessageID)); valve != "" {
+	if valve := d.valveFired(m); valve != "" {
 		if cause == nil {
 			cause = fmt.Errorf("rmqflow: deferred too often (%s)", valve)
 		}
@@ -807,7 +819,7 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 // otherwise loop for ever.
 func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], cause error) (outcome, time.Time) {
 	r := d.r
-	if valve := r.valves.firedAfter(&m.Meta, m.Handle, r.returns.count(m.Meta.MessageID)); valve != "" {
+	if valve := d.valveFired(m); valve != "" {
 		if cause == nil {
 			cause = fmt.Errorf("rmqflow: left too often (%s)", valve)
 		}
