@@ -124,6 +124,18 @@ func TestParseSink(t *testing.T) {
 			t.Errorf("%s true on a sink that does not ack: %v", key, err)
 		}
 	}
+	// eKuiper reads its action options in any capitalisation: another
+	// spelling of a guarded one (which the checks read exactly) is refused,
+	// here and in the rule check. "SendSingle": true split a window's result
+	// into calls, and the first call's progress acked the other groups' rows.
+	for _, key := range []string{"SendSingle", "ENABLECACHE", "Concurrency", "batchsize", "DataTemplate"} {
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: true}); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s on an acking sink: %v, want it refused", key, err)
+		}
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: false}); err == nil {
+			t.Errorf("%s (false) on an acking sink accepted: write it as eKuiper documents it", key)
+		}
+	}
 	if c, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", "ack": false}); err != nil || c.ack {
 		t.Errorf("ack false: %+v, %v", c, err)
 	}
@@ -275,11 +287,16 @@ func TestCheckRule(t *testing.T) {
 		"sendMetaToSink":           func(r *ruleDef) { r.SQL = "SELECT n FROM s" },
 		"no action acks":           func(r *ruleDef) { r.Actions = r.Actions[1:2] },
 		// The window check reads the SQL as eKuiper's scanner does.
-		"HOPPINGWINDOW:":  func(r *ruleDef) { r.SQL += " GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)" },
-		"SLIDINGWINDOW:":  func(r *ruleDef) { r.SQL += " GROUP BY `slidingwindow` (ss, 10)" },
-		"COUNTWINDOW ":    func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10/**/,5)" },
-		"COUNTWINDOW wi":  func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10 -- x\n, 5)" },
-		"FOOWINDOW":       func(r *ruleDef) { r.SQL += " GROUP BY FOOWINDOW(ss, 10)" },
+		"HOPPINGWINDOW:": func(r *ruleDef) { r.SQL += " GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)" },
+		"SLIDINGWINDOW:": func(r *ruleDef) { r.SQL += " GROUP BY `slidingwindow` (ss, 10)" },
+		"COUNTWINDOW ":   func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10/**/,5)" },
+		"COUNTWINDOW wi": func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10 -- x\n, 5)" },
+		"FOOWINDOW":      func(r *ruleDef) { r.SQL += " GROUP BY FOOWINDOW(ss, 10)" },
+		// After \' the scanner takes the next quote as text too: the
+		// string runs on to the quote after TUMBLINGWINDOW(ss, 10).
+		"HOPPINGWINDOW  ": func(r *ruleDef) {
+			r.SQL = "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s WHERE n != 'x\\'' TUMBLINGWINDOW(ss, 10) ' GROUP BY HOPPINGWINDOW(ss, 10, 5)"
+		},
 		"qos":             func(r *ruleDef) { r.Options.Qos = 1 },
 		"DEDUP_TRIGGER":   func(r *ruleDef) { r.SQL = "SELECT dedup_trigger(id, s, e, now(), 1) /* */ FROM s" },
 		"sendMetaToSink ": func(r *ruleDef) { r.SQL = "SELECT n /* AS rocketmq_seq */ FROM s WHERE 'rocketmq_seq' = n" },
@@ -297,6 +314,13 @@ func TestCheckRule(t *testing.T) {
 		},
 		"fields": func(r *ruleDef) {
 			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n"}}}
+		},
+		// eKuiper reads action options in any capitalisation.
+		"SendSingle": func(r *ruleDef) {
+			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "SendSingle": true}}
+		},
+		"ENABLECACHE": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"ENABLECACHE": true}}
 		},
 		// A wrapped sink that returns before its rows are durable.
 		"after.file": func(r *ruleDef) {

@@ -80,12 +80,31 @@ func sqlTokens(sql string) []string {
 			out = append(out, strings.ToLower(string(r[i+1:min(j, len(r))])))
 			i = j + 1
 		case c == '"' || c == '\'':
-			j := i + 1
-			for j < len(r) && r[j] != c {
-				if r[j] == '\\' {
+			// As eKuiper's scanner (xsql.Scanner.ScanString): a backslash
+			// makes the next character literal, and after \' in a single-
+			// quoted string the character after the quote is literal too.
+			single := c == '\''
+			j, escape := i+1, false
+		str:
+			for j < len(r) {
+				switch ch := r[j]; {
+				case ch == '"' && !escape:
+					if !single {
+						break str
+					}
+					j++
+				case ch == '\'' && !escape && single:
+					break str
+				case ch == '\\' && !escape:
+					escape = true
+					j++
+					if j < len(r) && r[j] == '\'' && single {
+						j++ // taken with the backslash; escape stays set
+					}
+				default:
+					escape = false
 					j++
 				}
-				j++
 			}
 			out = append(out, "'")
 			i = j + 1

@@ -89,9 +89,22 @@ func parseSink(m map[string]any) (sinkConf, []string, error) {
 	return c, p.unknown(commonSinkKeys), nil
 }
 
+// guardedActionKeys are the eKuiper action options ackingActionKeys reads.
+var guardedActionKeys = []string{"sendSingle", "enableCache", "runAsync", "concurrency", "batchSize", "lingerInterval", "dataTemplate", "dataField", "fields"}
+
 // ackingActionKeys refuses the eKuiper action options under which an acking
 // sink could ack a row it did not deliver, or report progress out of order.
 func ackingActionKeys(p *props) {
+	// eKuiper reads sink options in any capitalisation (mapstructure);
+	// these checks read them as eKuiper documents them. Another spelling
+	// of a guarded option would pass unseen: refuse it.
+	for k := range p.m {
+		for _, o := range guardedActionKeys {
+			if k != o && strings.EqualFold(k, o) {
+				p.fail(k, "write eKuiper's option %s exactly so (eKuiper reads it in any capitalisation; the acking checks read it as written)", o)
+			}
+		}
+	}
 	if p.boolean("sendSingle") {
 		p.fail("sendSingle", "an acking sink takes the rows of one result together (a window's groups): leave sendSingle false")
 	}
