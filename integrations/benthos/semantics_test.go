@@ -132,3 +132,66 @@ func TestNackRedeliversOnlyThatMessage(t *testing.T) {
 		})
 	}
 }
+
+// TestAckProcessorLeavesErroredMessages: rocketmq_ack does not ack a message
+// an earlier processor flagged with an error (the spec's own example, an
+// http call then rocketmq_ack, acked a message whose model call failed: the
+// work was lost); it passes on with its error, and comes back. The other
+// message of the batch is acked.
+func TestAckProcessorLeavesErroredMessages(t *testing.T) {
+	s := fake(t)
+	ctx := rmqtest.Context(t, time.Minute)
+	prefix := rmqtest.Unique("berr")
+	send(t, ctx, s.Addr(), reqTopic, rmqflow.Record{LiteTopic: prefix + "-a", Body: []byte("good")},
+		rmqflow.Record{LiteTopic: prefix + "-b", Body: []byte("bad")})
+	b := service.NewStreamBuilder()
+	b.SetEnvVarLookupFunc(envLookup(map[string]string{"EP": s.Addr()}))
+	if err := b.AddInputYAML(`rocketmq:
+  endpoints: ${EP}
+  lite:
+    - topic: ` + reqTopic + `
+      group: ` + reqGroup + `
+  ack_mode: manual
+  invisible_duration: 60s`); err != nil {
+		t.Fatal(err)
+	}
+	for _, proc := range []string{`mapping: 'root = if content() == "bad" { throw("the model call failed") } else { content() }'`,
+		`rocketmq_ack:
+  endpoints: ${EP}`} {
+		if err := b.AddProcessorYAML(proc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	errored := map[string]bool{}
+	if err := b.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range batch {
+			body, _ := m.AsBytes()
+			errored[string(body)] = m.GetError() != nil
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetLoggerYAML("level: WARN"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, b)
+	waitFor(t, 30*time.Second, "both messages through the pipeline", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(errored) == 2
+	})
+	waitFor(t, 10*time.Second, "the good message acked", func() bool { return s.Stats().Groups[reqGroup].Acked >= 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !errored["bad"] || errored["good"] {
+		t.Fatalf("errors after the processors: %v, want bad flagged and good not", errored)
+	}
+	g := s.Stats().Groups[reqGroup]
+	if g.Acked != 1 || g.InFlight != 1 {
+		t.Fatalf("group %+v: want the good message acked and the failed one still in flight", g.Counts)
+	}
+}
