@@ -249,14 +249,20 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 
 // Write queues rec and returns its future; it blocks only while the queue is
 // full, until ctx ends (the future then holds ctx's error) or Close begins
-// (ErrSinkClosed). A record Write queued is sent or fails with a result; it
-// is never dropped.
+// (ErrSinkClosed). A ctx that has ended already queues nothing. A record
+// Write queued is sent or fails with a result; it is never dropped.
 func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 	f := &SendFuture{done: make(chan struct{})}
 	m := &client.Message{Topic: s.cfg.Topic, LiteTopic: rec.LiteTopic, Tag: rec.Tag, Keys: rec.Keys,
 		Properties: rec.Properties, MessageGroup: rec.MessageGroup, DeliveryTime: rec.DeliveryTime, Body: rec.Body}
 	if m.LiteTopic == "" {
 		m.LiteTopic = s.cfg.LiteTopic
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up already: nothing is sent.
+		f.err = err
+		close(f.done)
+		return f
 	}
 	s.mu.Lock()
 	if s.closed {

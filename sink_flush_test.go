@@ -231,3 +231,34 @@ func TestSinkMaxAttemptsAcrossIsolation(t *testing.T) {
 		t.Fatal("r2 has no id")
 	}
 }
+
+// TestSinkWriteWithEndedContextSendsNothing: a Write whose ctx has ended
+// queues nothing, even with room in the queue: the caller gave up, and a
+// record sent anyway while its future reports the ctx's error would be a
+// duplicate when the caller writes it again (a Watermill poison queue
+// publishing on a cancelled message context did so).
+func TestSinkWriteWithEndedContextSendsNothing(t *testing.T) {
+	s := rmqfake.NewForTest(t)
+	must(t, s.CreateTopic("t", rmqfake.TopicNormal))
+	ctx := rmqtest.Context(t, time.Minute)
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: s.Addr()}, Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	f := sink.Write(ended, rmqflow.Record{Body: []byte("late")})
+	id, err := f.Wait(ctx)
+	if !errors.Is(err, context.Canceled) || id != "" {
+		t.Fatalf("Write with an ended ctx: %q, %v; want no id and context.Canceled", id, err)
+	}
+	if _, err := sink.Write(ctx, rmqflow.Record{Body: []byte("next")}).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Stats().Topics["t"].Sent; n != 1 {
+		t.Fatalf("%d messages stored, want only the one written with a live ctx", n)
+	}
+}
