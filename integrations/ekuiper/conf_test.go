@@ -452,6 +452,19 @@ func TestSplitRows(t *testing.T) {
 			t.Errorf("%q: %d rows, ok %v; want %d", in, got, ok, want)
 		}
 	}
+	// eKuiper's decoder (fastjson) refuses more than 300 levels of nesting,
+	// which encoding/json accepts: such a row was handed over, dropped by
+	// eKuiper and acked by progress.
+	deep := strings.Repeat(`{"a":`, 301) + "1" + strings.Repeat("}", 301)
+	if _, ok := splitRows([]byte(deep), true); ok {
+		t.Error("a row nested 301 levels deep passes as decodable")
+	}
+	if _, ok := splitRows([]byte("["+deep+"]"), true); ok {
+		t.Error("an array element nested 301 levels deep passes as decodable")
+	}
+	if rows, ok := splitRows([]byte(strings.Repeat(`{"a":`, 299)+"1"+strings.Repeat("}", 299)), true); !ok || len(rows) != 1 {
+		t.Error("a row nested 299 levels deep is refused")
+	}
 	if rows, ok := splitRows([]byte("a,b"), false); !ok || len(rows) != 1 {
 		t.Errorf("another format: %d rows, ok %v", len(rows), ok)
 	}
