@@ -28,7 +28,7 @@ For two-stage pipelines: the `+"`rocketmq`"+` input with `+"`ack_mode: manual`"+
 
 Acks are pooled and batched: the acks of a batch, and of every `+"`rocketmq_ack`"+` processor of the process with the same connection (and TLS off: with TLS each processor has a pool of its own), share AckMessage calls. A message that arrives flagged with an error (an earlier processor failed on it, such as the model call) is not acked: it passes on with its error and comes back when its invisibility ends (`+"`ack_errored: true`"+` acks it all the same). A message whose handle is missing or malformed, or whose ack fails, is flagged with the error (see Benthos's error handling) and passed on; the others pass on unchanged. A handle acks only until the invisibility written in it ends; after that the message is delivered again, and its ack fails with an expired-handle error.
 
-`+"`defer`"+` makes the message invisible for `+"`defer_duration`"+` (it then comes back, and on a lite topic its lite topic pauses until it does); `+"`release`"+` makes it visible again at once. Neither ever acks.
+`+"`defer`"+` makes the message invisible for `+"`defer_duration`"+` (it then comes back); `+"`release`"+` makes it visible again at once. Neither ever acks. The input (ack_mode manual) has gone on with the message's lite topic already: a deferred or released lite message comes back after later ones, which the broker then delivers again with it (docs/benthos.md, Manual acks).
 `).
 		Fields(connectionFields()...).
 		Fields(

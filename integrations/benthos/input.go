@@ -49,14 +49,14 @@ Messages of one lite topic (or FIFO message group) are emitted one at a time and
 
 A message that keeps failing stops being deferred when a safety valve fires (`+"`valves`"+`): it is then logged at ERROR level (its handle, never its body) and acked, so that nothing loops for ever.
 
-With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its serialized receipt handle in `+"`"+MetaHandle+"`"+` metadata, and a `+"`rocketmq_ack`"+` processor acks, defers or releases it wherever the work finishes — later in the pipeline, or in another process that received the handle. The input goes on with the message's lite topic once the output has the message.
+With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its serialized receipt handle in `+"`"+MetaHandle+"`"+` metadata, and a `+"`rocketmq_ack`"+` processor acks, defers or releases it wherever the work finishes — later in the pipeline, or in another process that received the handle. The input goes on with the message's lite topic once the output has the message, so manual mode keeps no order per lite topic past the output (docs/benthos.md, Manual acks).
 
 ### Metadata
 
 - `+"`"+MetaTopic+"`"+`, `+"`"+MetaLiteTopic+"`"+`, `+"`"+MetaMessageID+"`"+`, `+"`"+MetaTag+"`"+`, `+"`"+MetaKeys+"`"+` (space separated), `+"`"+MetaMessageGroup+"`"+`
 - `+"`"+MetaDeliveryAttempt+"`"+` (1 on the first delivery), `+"`"+MetaBornTime+"`"+`, `+"`"+MetaBornHost+"`"+`, `+"`"+MetaStoreTime+"`"+` (RFC 3339)
 - `+"`"+MetaDeadLettered+"`"+`: `+"`true`"+` when the message came from the group's dead-letter topic
-- `+"`"+MetaHandle+"`"+`: the receipt handle as JSON (no credentials), with `+"`ack_mode: manual`"+` or `+"`handle_metadata: true`"+`. Writing it hands the message off: the input stops renewing its invisibility, so it must be acked within `+"`invisible_duration`"+`.
+- `+"`"+MetaHandle+"`"+`: the receipt handle as JSON (no credentials), with `+"`ack_mode: manual`"+` or `+"`handle_metadata: true`"+`. Writing it hands the message off: the input stops renewing its invisibility, so it must be acked before that ends: as little as `+"`renewal_ahead_time`"+` after it was written when it had waited behind earlier messages of its lite topic (docs/benthos.md, Manual acks).
 - every user property of the message, under its own name.
 `).
 		Fields(connectionFields()...).
