@@ -315,6 +315,8 @@ func TestCheckRule(t *testing.T) {
 		"fields": func(r *ruleDef) {
 			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n"}}}
 		},
+		// A graph rule's node names are its author's: not checked.
+		"graph": func(r *ruleDef) { r.Graph = []byte(`{"nodes":{"2_filter":{"type":"operator","nodeType":"window"}}}`) },
 		// eKuiper reads action options in any capitalisation.
 		"SendSingle": func(r *ruleDef) {
 			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "SendSingle": true}}

@@ -1,6 +1,7 @@
 package rmqkuiper
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,7 @@ func (e *RuleError) Error() string {
 type ruleDef struct {
 	ID      string           `json:"id"`
 	SQL     string           `json:"sql"`
+	Graph   json.RawMessage  `json:"graph"`
 	Actions []map[string]any `json:"actions"`
 	Options struct {
 		IsEventTime              bool `json:"isEventTime"`
@@ -251,6 +253,11 @@ func heldBack(c sourceConf, fifoGroup bool) string {
 func checkRule(r ruleDef, held string) (int, error) {
 	fail := func(format string, args ...any) (int, error) {
 		return 0, &RuleError{Rule: r.ID, Reason: fmt.Sprintf(format, args...)}
+	}
+	if g := bytes.TrimSpace(r.Graph); len(g) > 0 && !bytes.Equal(g, []byte("null")) {
+		// A graph's nodes are named by its author: the topology check
+		// could not tell a window node from a filter.
+		return fail("a rule defined by a graph is not checked: define it with SQL")
 	}
 	o := r.Options
 	if !o.DisableBufferFullDiscard {
