@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"strings"
 	"time"
 
 	"github.com/redpanda-data/benthos/v4/public/service"
@@ -449,7 +450,11 @@ func perMessage(batch service.MessageBatch, idx *service.Indexer, err error) []e
 func (in *input) message(m *rmqflow.AckableMessage[[]byte]) *service.Message {
 	msg := service.NewMessage(m.Value)
 	for k, v := range m.Meta.Properties {
-		msg.MetaSetMut(k, v)
+		// A producer's property named like the delivery's metadata
+		// (rocketmq_dead_lettered, rocketmq_handle, ...) must not pass for it.
+		if !strings.HasPrefix(k, rmqflow.AttrPrefix) {
+			msg.MetaSetMut(k, v)
+		}
 	}
 	meta := m.Meta
 	for k, v := range meta.Attributes() {
