@@ -28,7 +28,7 @@ For two-stage pipelines: the `+"`rocketmq`"+` input with `+"`ack_mode: manual`"+
 
 Acks are pooled and batched: the acks of a batch, and of every `+"`rocketmq_ack`"+` processor of the process with the same connection (and TLS off: with TLS each processor has a pool of its own), share AckMessage calls. A message that arrives flagged with an error (an earlier processor failed on it, such as the model call) is not acked: it passes on with its error and comes back when its invisibility ends (`+"`ack_errored: true`"+` acks it all the same). A message whose handle is missing or malformed, or whose ack fails, is flagged with the error (see Benthos's error handling) and passed on; the others pass on unchanged. A handle acks only until the invisibility written in it ends; after that the message is delivered again, and its ack fails with an expired-handle error.
 
-`+"`defer`"+` makes the message invisible for `+"`defer_duration`"+` (it then comes back); `+"`release`"+` makes it visible again at once. Neither ever acks. The input (ack_mode manual) has gone on with the message's lite topic already: a deferred or released lite message comes back after later ones, which the broker then delivers again with it (docs/benthos.md, Manual acks).
+`+"`defer`"+` makes the message invisible for `+"`defer_duration`"+` (it then comes back) and writes the new receipt handle the deferral gave it to `+"`"+MetaHandle+"`"+`, for a later ack; `+"`release`"+` makes it visible again at once. Neither ever acks. The input (ack_mode manual) has gone on with the message's lite topic already: a deferred or released lite message comes back after later ones, which the broker then delivers again with it (docs/benthos.md, Manual acks).
 `).
 		Fields(connectionFields()...).
 		Fields(
@@ -121,8 +121,15 @@ func (p *ackProcessor) ProcessBatch(ctx context.Context, batch service.MessageBa
 			}
 			acks = append(acks, pending{i, p.pool.AckAsync(ctx, h)})
 		case actionDefer:
-			if _, err := p.pool.ChangeInvisibleDuration(ctx, h, p.deferBy); err != nil {
+			nh, err := p.pool.ChangeInvisibleDuration(ctx, h, p.deferBy)
+			if err != nil {
 				msg.SetError(fmt.Errorf("rocketmq_ack: defer %s: %w", h.MessageID, err))
+				continue
+			}
+			// The deferral gave the delivery a new handle; an ack later in
+			// the pipeline must use it (the old one no longer acks).
+			if b, err := nh.MarshalJSON(); err == nil {
+				msg.MetaSetMut(MetaHandle, string(b))
 			}
 		default:
 			if _, err := p.pool.ChangeInvisibleDuration(ctx, h, 0); err != nil {

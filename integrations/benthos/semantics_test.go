@@ -195,3 +195,66 @@ func TestAckProcessorLeavesErroredMessages(t *testing.T) {
 		t.Fatalf("group %+v: want the good message acked and the failed one still in flight", g.Counts)
 	}
 }
+
+// TestDeferThenAckSticks: rocketmq_ack with action defer writes the new
+// receipt handle the deferral gave the message, so a later rocketmq_ack in the
+// pipeline acks it for good (with the old handle the broker answered OK but
+// kept the message in flight: it came back).
+func TestDeferThenAckSticks(t *testing.T) {
+	s := rmqfake.NewForTest(t)
+	if err := s.CreateTopic("t", rmqfake.TopicNormal); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateGroup("g"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := rmqtest.Context(t, time.Minute)
+	send(t, ctx, s.Addr(), "t", rmqflow.Record{Body: []byte("m")})
+	b := service.NewStreamBuilder()
+	b.SetEnvVarLookupFunc(envLookup(map[string]string{"EP": s.Addr()}))
+	if err := b.AddInputYAML(`rocketmq:
+  endpoints: ${EP}
+  mode: simple
+  topic: t
+  group: g
+  ack_mode: manual
+  invisible_duration: 60s`); err != nil {
+		t.Fatal(err)
+	}
+	for _, proc := range []string{"rocketmq_ack:\n  endpoints: ${EP}\n  action: defer\n  defer_duration: 30s", "rocketmq_ack:\n  endpoints: ${EP}"} {
+		if err := b.AddProcessorYAML(proc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var errs []error
+	done := make(chan struct{}, 1)
+	if err := b.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range batch {
+			errs = append(errs, m.GetError())
+		}
+		done <- struct{}{}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetLoggerYAML("level: WARN"); err != nil {
+		t.Fatal(err)
+	}
+	start(t, b)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the message never went through the pipeline")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 1 || errs[0] != nil {
+		t.Fatalf("errors after the processors: %v", errs)
+	}
+	if g := s.Stats().Groups["g"]; g.Acked != 1 || g.InFlight != 0 || g.Backlog != 0 {
+		t.Fatalf("group %+v: want the message acked for good", g.Counts)
+	}
+}
