@@ -353,9 +353,16 @@ func (in *input) Connect(ctx context.Context) error {
 		}
 	}
 	ch, closing := make(chan *delivery), make(chan struct{})
-	run, _, err := in.build(ch, closing)
+	run, src, err := in.build(ch, closing)
 	if err != nil {
 		return err
+	}
+	// Start here, not in Run: a refusal (unknown group or topic, denied
+	// credentials) is then Connect's error, which Benthos retries with its
+	// backoff; from Run it came back through ReadBatch as ErrNotConnected,
+	// and Benthos reconnected at once, for ever.
+	if err := src.Start(ctx); err != nil {
+		return errors.Join(err, src.Close(context.WithoutCancel(ctx)))
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})

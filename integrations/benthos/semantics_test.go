@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,5 +257,41 @@ func TestDeferThenAckSticks(t *testing.T) {
 	}
 	if g := s.Stats().Groups["g"]; g.Acked != 1 || g.InFlight != 0 || g.Backlog != 0 {
 		t.Fatalf("group %+v: want the message acked for good", g.Counts)
+	}
+}
+
+// TestInputBadGroupBacksOff: an input whose group the broker does not know
+// fails in Connect, which Benthos retries with its backoff, rather than
+// starting, failing and reconnecting at once in a loop (hundreds of sessions
+// a second before).
+func TestInputBadGroupBacksOff(t *testing.T) {
+	s := fake(t)
+	var opened atomic.Int64
+	s.Intercept("Telemetry", func(rmqfake.Call) rmqfake.Verdict {
+		opened.Add(1)
+		return rmqfake.Verdict{}
+	})
+	b := service.NewStreamBuilder()
+	b.SetEnvVarLookupFunc(envLookup(map[string]string{"EP": s.Addr()}))
+	if err := b.AddInputYAML(`rocketmq:
+  endpoints: ${EP}
+  lite:
+    - topic: ` + reqTopic + `
+      group: no-such-group`); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddBatchConsumerFunc(func(context.Context, service.MessageBatch) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetLoggerYAML("level: OFF"); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, b)
+	waitFor(t, 10*time.Second, "a first attempt", func() bool { return opened.Load() > 0 })
+	first := time.Now()
+	waitFor(t, 10*time.Second, "3 s of attempts", func() bool { return time.Since(first) >= 3*time.Second })
+	stop()
+	if n := opened.Load(); n > 20 {
+		t.Fatalf("%d session attempts in about 3 s: the input reconnects without backoff", n)
 	}
 }
