@@ -532,8 +532,8 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 		if b := st.block; b != nil {
 			now := d.r.now()
 			switch {
-			case m.Meta.MessageID == b.head:
-				st.block = nil // the head is back
+			case m.Meta.MessageID == b.head && m.Meta.ReceivedAt.After(b.since):
+				st.block = nil // the head is back (not a copy received before it failed)
 			case m.Meta.ReceivedAt.After(b.since) && d.ordered(k, m):
 				// m was received after the head ended unacked, and the head
 				// did not come before it: the broker hands a lite topic (a
@@ -772,7 +772,8 @@ func (d *dispatcher[T]) call(ctx context.Context, m *AckableMessage[T]) (dec Dec
 // Run shuts down: what a handler gives back then (a Release or an error as
 // its context is cancelled, as the integrations do when they close) was not
 // worked, and dead-lettering it would drop it unprocessed; it comes back, and
-// the valves judge it on its next delivery.
+// the valves judge it on its next delivery (a real failure while
+// ShutdownFinish drains comes back too).
 func (d *dispatcher[T]) valveFired(m *AckableMessage[T]) string {
 	if d.runCtx.Err() != nil {
 		return ""

@@ -170,7 +170,11 @@ func newEpoch(tokens int64) *epoch {
 func (e *epoch) release() {
 	for e != nil && e.n.Add(-1) == 0 {
 		close(e.done)
-		e = e.next
+		// Unlink: a future kept by its caller must not keep every later
+		// epoch reachable.
+		next := e.next
+		e.next = nil
+		e = next
 	}
 }
 
@@ -359,8 +363,10 @@ func (s *Sink) Flush(ctx context.Context) error {
 // settle closes f's Done and counts it settled in its Flush epoch; f's
 // result must be set.
 func (f *SendFuture) settle() {
+	ep := f.ep
+	f.ep = nil
 	close(f.done)
-	f.ep.release()
+	ep.release()
 }
 
 // Close stops accepting records: later Writes, and Writes blocked on a full

@@ -41,6 +41,10 @@ type Verdict struct {
 	ErrAfter error
 }
 
+// streamMethod reports whether method is a streaming RPC, which
+// Fault.LostAnswerRate leaves alone (it has no single answer to lose).
+func streamMethod(method string) bool { return method == "ReceiveMessage" || method == "Telemetry" }
+
 // afterError carries Verdict.ErrAfter out of decide.
 type afterError struct{ err error }
 
@@ -62,7 +66,8 @@ type Fault struct {
 	// LostAnswerRate is the probability (0..1) that a unary call is handled
 	// and then fails with Code instead of answering: it took effect, but
 	// the client sees a failure (Verdict.ErrAfter). Drawn for calls that
-	// ErrorRate let through.
+	// ErrorRate let through; streaming methods (ReceiveMessage, Telemetry)
+	// never get it.
 	LostAnswerRate float64
 	// Code is the gRPC code of injected failures; zero means
 	// codes.Unavailable.
@@ -193,7 +198,7 @@ func (s *Server) decide(ctx context.Context, call Call) (proto.Message, error) {
 		if err == nil && resp == nil && f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
 			err = status.Errorf(code, "rmqfake: injected fault on %s", call.Method)
 		}
-		if err == nil && resp == nil && f.LostAnswerRate > 0 && rand.Float64() < f.LostAnswerRate {
+		if err == nil && resp == nil && f.LostAnswerRate > 0 && !streamMethod(call.Method) && rand.Float64() < f.LostAnswerRate {
 			err = &afterError{status.Errorf(code, "rmqfake: injected fault on %s after it took effect", call.Method)}
 		}
 	}

@@ -396,9 +396,9 @@ func TestRestartLeavesNoExpiry(t *testing.T) {
 
 // TestTelemetryUnregisteredStreamSpeaksForNoOne: a Telemetry stream that
 // names a client's id but never had a settings command accepted (here: sends
-// nothing, then is cancelled) neither drops that client's lite subscription
-// nor keeps its session alive. Anyone may open a stream naming any id; before,
-// cancelling one offlined the client it named.
+// nothing, then is cancelled) does not drop that client's lite subscription.
+// Anyone may open a stream naming any id; before, cancelling one offlined the
+// client it named.
 func TestTelemetryUnregisteredStreamSpeaksForNoOne(t *testing.T) {
 	t.Parallel()
 	s, _ := start(t)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -58,7 +57,7 @@ With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its 
 - `+"`"+MetaDeliveryAttempt+"`"+` (1 on the first delivery), `+"`"+MetaBornTime+"`"+`, `+"`"+MetaBornHost+"`"+`, `+"`"+MetaStoreTime+"`"+` (RFC 3339)
 - `+"`"+MetaDeadLettered+"`"+`: `+"`true`"+` when the message came from the group's dead-letter topic
 - `+"`"+MetaHandle+"`"+`: the receipt handle as JSON (no credentials), with `+"`ack_mode: manual`"+` or `+"`handle_metadata: true`"+`. Writing it hands the message off: the input stops renewing its invisibility, so it must be acked before that ends: as little as `+"`renewal_ahead_time`"+` after it was written when it had waited behind earlier messages of its lite topic (docs/benthos.md, Manual acks).
-- every user property of the message, under its own name.
+- every user property of the message, under its own name, but those named as the metadata above (a producer cannot make a message pass for a dead-lettered one).
 `).
 		Fields(connectionFields()...).
 		Fields(
@@ -459,7 +458,7 @@ func (in *input) message(m *rmqflow.AckableMessage[[]byte]) *service.Message {
 	for k, v := range m.Meta.Properties {
 		// A producer's property named like the delivery's metadata
 		// (rocketmq_dead_lettered, rocketmq_handle, ...) must not pass for it.
-		if !strings.HasPrefix(k, rmqflow.AttrPrefix) {
+		if !rmqflow.IsAttribute(k) {
 			msg.MetaSetMut(k, v)
 		}
 	}
@@ -485,8 +484,12 @@ func (in *input) Close(ctx context.Context) error {
 	if cancel == nil {
 		return nil
 	}
-	close(closing)
+	// Run's ctx first: what a handler gives back once it sees closing is
+	// then given back during the shutdown, where no safety valve fires (a
+	// valve firing in between would dead-letter, by default ack, a message
+	// never worked).
 	cancel()
+	close(closing)
 	select {
 	case <-stopped:
 	case <-ctx.Done():

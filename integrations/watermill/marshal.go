@@ -98,7 +98,7 @@ func (d DefaultMarshaler) Unmarshal(m *rmqflow.AckableMessage[[]byte]) (*message
 		// A producer's property named like the delivery's metadata
 		// (rocketmq_dead_lettered, rocketmq_lite_topic, ...) must not pass
 		// for it.
-		if k != UUIDProperty && !strings.HasPrefix(k, rmqflow.AttrPrefix) {
+		if k != UUIDProperty && !rmqflow.IsAttribute(k) {
 			msg.Metadata.Set(k, v)
 		}
 	}

@@ -388,7 +388,7 @@ func TestUndecodableReachesDeadLetter(t *testing.T) {
 // the broker's word.
 func TestReservedPropertiesNotMetadata(t *testing.T) {
 	m := &rmqflow.AckableMessage[[]byte]{Value: []byte("x"), Meta: rmqflow.Metadata{Topic: "t", MessageID: "id1", DeliveryAttempt: 1,
-		Properties: map[string]string{"rocketmq_dead_lettered": "true", "rocketmq_lite_topic": "other", "rocketmq_handle": "{}", "kept": "yes"}}}
+		Properties: map[string]string{"rocketmq_dead_lettered": "true", "rocketmq_lite_topic": "other", "rocketmq_handle": "{}", "kept": "yes", "rocketmq_TRANSACTION_ID": "t1"}}}
 	msg, err := rmqwatermill.DefaultMarshaler{}.Unmarshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -398,7 +398,7 @@ func TestReservedPropertiesNotMetadata(t *testing.T) {
 			t.Errorf("metadata %s = %q from a producer's property", k, v)
 		}
 	}
-	if msg.Metadata.Get("kept") != "yes" || msg.Metadata.Get("rocketmq_topic") != "t" {
+	if msg.Metadata.Get("kept") != "yes" || msg.Metadata.Get("rocketmq_topic") != "t" || msg.Metadata.Get("rocketmq_TRANSACTION_ID") != "t1" {
 		t.Errorf("metadata %v: want the user property kept and the delivery's own", msg.Metadata)
 	}
 }
