@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -279,5 +281,39 @@ func TestOpenCapacityCombinesDrainAndProduce(t *testing.T) {
 	}
 	if got := b.capacity(p, "normal", 4); got != 0 {
 		t.Errorf("capacity with no drain run = %.1f, want 0", got)
+	}
+}
+
+// The misses section explains a missed target with the run's own medians,
+// and says nothing of a met one.
+func TestMissesSection(t *testing.T) {
+	b := &bench{cfg: config{reps: 1, concurrency: 4, liteTopics: 100, scenarios: []string{scDrain, scEmu}, peers: allPeers}}
+	withCosts := func(r *run, cpuS float64, recv, ack int64) *run {
+		r.Result.CPUSeconds, r.Result.ReceiveRPCs, r.Result.AckRPCs, r.Broker = cpuS, recv, ack, cpuS*3
+		return r
+	}
+	b.runs = append(b.runs,
+		withCosts(fakeRun(scDrain, "raw/raw", "lite", 4, 1000, 1), 0.03, 40, 20),
+		withCosts(fakeRun(scDrain, "rmqflow/loop", "lite", 4, 950, 1), 0.04, 45, 25),    // 0.95× raw: met
+		withCosts(fakeRun(scDrain, "rmqflow/runner", "lite", 4, 600, 1), 0.036, 60, 70)) // 0.63× loop: missed
+	b.goBench = []string{
+		"BenchmarkProduceReceiveAck-2   	   58880	     23612 ns/op	  43.37 MB/s	        38.20 cpu-µs/msg	     42356 msg/s",
+	}
+	var w bytes.Buffer
+	b.missesSection(&w)
+	out := w.String()
+	for _, want := range []string{
+		"**`rmqflow/runner` ≥ 0.8× Source + AckAsync, lite: 0.63×.** `rmqflow/runner` drained 600 msg/s against `rmqflow/loop`'s 950; per message it paid 60.0 against 42.1 µs of client CPU",
+		"0.100 against 0.047 receive RPCs and 0.117 against 0.026 ack RPCs",
+		"the backlog spreads over 100 lite topics",
+		"BenchmarkProduceReceiveAck used 38.2 µs of CPU per message",
+		fmt.Sprintf("at most %d µs per message here", runtime.NumCPU()*10),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("misses section lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "≥ 0.9× raw") {
+		t.Errorf("a met target explained:\n%s", out)
 	}
 }
