@@ -87,6 +87,9 @@ func main() {
 }
 
 func run1(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && (args[0] == "-explain" || args[0] == "--explain") {
+		return explain(args[1], stdout, stderr)
+	}
 	var rf runFile
 	resume, err := resumeArgs(args)
 	if err == nil && resume != "" {

@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -117,4 +122,66 @@ func (b *bench) missesSection(w io.Writer) {
 		fmt.Fprintf(w, "- %s\n", s)
 	}
 	fmt.Fprintln(w)
+}
+
+// explain prints the misses section of the finished run in dir (-explain
+// DIR): its plan (from run.json's flags and seed) restored from
+// results.jsonl, and the emulator's lines read back from its logs. It runs
+// nothing and writes nothing, so that a report written by an earlier
+// harness can get the section from the same recorded numbers.
+func explain(dir string, stdout, stderr io.Writer) int {
+	rf, err := readRunFile(dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "harness:", err)
+		return 2
+	}
+	cfg, err := parseConfig(append(slices.Clone(rf.Args), "-out", dir, "-seed", strconv.FormatUint(rf.Seed, 10)), stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "harness: -explain:", err)
+		return 2
+	}
+	b := &bench{cfg: cfg, log: stderr, rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)), stamp: rf.Stamp}
+	saved, err := loadSaved(filepath.Join(dir, "results.jsonl"))
+	if err != nil {
+		fmt.Fprintln(stderr, "harness: -explain:", err)
+		return 1
+	}
+	for _, s := range b.plan() {
+		if !restore(s, saved) {
+			fmt.Fprintf(stderr, "harness: -explain %s: a step was not recorded; finish the run first (-resume)\n", dir)
+			return 1
+		}
+		b.runs = append(b.runs, s.runs...)
+	}
+	if b.has(scEmu) {
+		b.goBench = logLines(filepath.Join(dir, "logs", "gobench.log"), "", func(l string) bool { return strings.HasPrefix(l, "Benchmark") })
+		b.rss = logLines(filepath.Join(dir, "logs", "rss.log"), "=== RUN", func(l string) bool { return strings.Contains(l, "RSS") || strings.HasPrefix(l, "---") })
+	}
+	b.missesSection(stdout)
+	return 0
+}
+
+// logLines returns the trimmed lines of path that keep accepts; with from
+// set, only those after the last line starting with it (the log's last run).
+func logLines(path, from string, keep func(string) bool) []string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(string(data), "\n")
+	if from != "" {
+		for i := len(lines) - 1; i >= 0; i-- {
+			if strings.HasPrefix(strings.TrimSpace(lines[i]), from) {
+				lines = lines[i:]
+				break
+			}
+		}
+	}
+	var out []string
+	for _, l := range lines {
+		if t := strings.TrimSpace(l); keep(t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
