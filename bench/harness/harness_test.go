@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -315,5 +319,53 @@ func TestMissesSection(t *testing.T) {
 	}
 	if strings.Contains(out, "≥ 0.9× raw") {
 		t.Errorf("a met target explained:\n%s", out)
+	}
+}
+
+// -explain reads a finished run back (its plan from run.json, its runs from
+// results.jsonl) and prints the misses section; an unfinished run is refused.
+func TestExplainReadsARunBack(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"-emulator", "-quick", "-scenarios", "drain", "-peers", "rmqflow/loop,rmqflow/runner,raw"}
+	rf := runFile{Args: args, Seed: 42, Stamp: "0101-000000", Started: time.Now().UTC()}
+	if err := writeRunFile(dir, rf); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig(append(slices.Clone(args), "-out", dir, "-seed", "42"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)), stamp: rf.Stamp}
+	var lines []byte
+	steps := b.plan()
+	for i, s := range steps {
+		for _, r := range s.runs {
+			msgs := map[string]int{"raw/raw": 1000, "rmqflow/loop": 950, "rmqflow/runner": 500}[r.Peer.Name()]
+			r.Result = result{Messages: msgs, Seconds: 1, CPUSeconds: 0.04, ReceiveRPCs: 40, AckRPCs: 20, EmptyReceives: 0}
+			r.Broker = 0.1
+			if i < len(steps)-1 || r != s.runs[len(s.runs)-1] { // the last run stays unrecorded at first
+				lines = append(append(lines, b.recordLine(r)...), '\n')
+			}
+		}
+	}
+	results := filepath.Join(dir, "results.jsonl")
+	if err := os.WriteFile(results, lines, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	if code := run1([]string{"-explain", dir}, &out, &errs); code == 0 || !strings.Contains(errs.String(), "not recorded") {
+		t.Fatalf("an unfinished run: exit %d, %q", code, errs.String())
+	}
+	last := steps[len(steps)-1].runs[len(steps[len(steps)-1].runs)-1]
+	if err := os.WriteFile(results, append(append(lines, b.recordLine(last)...), '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errs.Reset()
+	if code := run1([]string{"-explain", dir}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	if !strings.Contains(out.String(), "**`rmqflow/runner` ≥ 0.8× Source + AckAsync, lite: 0.53×.**") {
+		t.Fatalf("misses section:\n%s", out.String())
 	}
 }

@@ -79,6 +79,9 @@ not of its run fails the run. Scenarios (-scenarios, comma-separated):
   renewal   (f) messages held longer than a 10 s invisible duration
   emulator  (g) rmqfake alone: the in-process Go benchmarks
 
+-resume DIR continues an interrupted run; -explain DIR prints the section
+that explains a finished run's missed targets, from its recorded numbers.
+
 Flags:
 `
 
