@@ -39,6 +39,17 @@ func (b *bench) missCostsOf(scenario, name, mode string, conc int) (missCosts, b
 	}, true
 }
 
+// profileOf is " " and the profile line of the benchmark whose name starts
+// with prefix (its name and a space), or "" without one.
+func (b *bench) profileOf(prefix string) string {
+	for _, l := range b.profile {
+		if strings.HasPrefix(l, "Profile "+prefix) {
+			return " " + strings.TrimPrefix(l, "Profile ") + "."
+		}
+	}
+	return ""
+}
+
 // against compares a's medians with b's, names in backquotes.
 func against(a, b missCosts, an, bn string) string {
 	return fmt.Sprintf("`%s` drained %s msg/s against `%s`'s %s; per message it paid %s against %s µs of client CPU, %s against %s µs of broker CPU, %s against %s receive RPCs and %s against %s ack RPCs",
@@ -92,14 +103,15 @@ func (b *bench) missesSection(w io.Writer) {
 		n := float64(runtime.NumCPU())
 		if !math.IsNaN(cpu) && cpu > 0 && (cpu > 10 || got < 100_000) {
 			out = append(out, fmt.Sprintf("**The emulator's 100,000 msg/s and 10 µs of CPU per message.** BenchmarkProduceReceiveAck used %s µs of CPU per message: producer, consumer, gRPC both ways over loopback and rmqfake, all in one process. %s CPUs then allow at most %s msg/s (it measured %s); 100,000 msg/s would need at most %s µs per message here.",
-				num(cpu, 1), num(n, 0), num(n*1e6/cpu, 0), num(got, 0), num(n*1e6/100_000, 0)))
+				num(cpu, 1), num(n, 0), num(n*1e6/cpu, 0), num(got, 0), num(n*1e6/100_000, 0))+b.profileOf("BenchmarkProduceReceiveAck "))
 		}
 		few, many := benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=100", "msg/s"), benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=1000000", "msg/s")
 		if !math.IsNaN(few) && !math.IsNaN(many) && many/few < 0.8 {
 			out = append(out, fmt.Sprintf("**1,000,000 lite topics within 20%% of 100: %s×.** %s against %s msg/s; %s against %s µs of CPU per message, with %s against %s MB of backlog held.",
 				num(many/few, 2), num(many, 0), num(few, 0),
 				num(benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=1000000", "cpu-µs/msg"), 1), num(benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=100", "cpu-µs/msg"), 1),
-				num(benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=1000000", "MB-backlog"), 1), num(benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=100", "MB-backlog"), 1)))
+				num(benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=1000000", "MB-backlog"), 1), num(benchMetric(b.goBench, "BenchmarkScaleLiteTopics/lite=100", "MB-backlog"), 1))+
+				b.profileOf("BenchmarkScaleLiteTopics/lite=100 ")+b.profileOf("BenchmarkScaleLiteTopics/lite=1000000 "))
 		}
 	}
 	failed, detail := false, ""
@@ -156,6 +168,7 @@ func explain(dir string, stdout, stderr io.Writer) int {
 	if b.has(scEmu) {
 		b.goBench = logLines(filepath.Join(dir, "logs", "gobench.log"), "", func(l string) bool { return strings.HasPrefix(l, "Benchmark") })
 		b.rss = logLines(filepath.Join(dir, "logs", "rss.log"), "=== RUN", func(l string) bool { return strings.Contains(l, "RSS") || strings.HasPrefix(l, "---") })
+		b.profile = profileLines(dir)
 	}
 	b.missesSection(stdout)
 	return 0
