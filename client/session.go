@@ -496,12 +496,11 @@ func (s *Session) Rejoin(ctx context.Context, mainTopic string) error {
 	if exact > 0 {
 		return &ConfigError{Option: "Rejoin", Reason: fmt.Sprintf("the session has %d exact lite topics of %s, which a re-join would drop", exact, mainTopic)}
 	}
-	if s.life.Err() != nil {
-		return ErrClosed
+	ctx, end, err := s.subCtx(ctx)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.life, cancel)()
+	defer end()
 	resync := func() {
 		select {
 		case s.resync <- struct{}{}:
@@ -527,16 +526,44 @@ func (s *Session) Rejoin(ctx context.Context, mainTopic string) error {
 	return nil
 }
 
+// subCtx is ctx, also ended by the session's end, for a change of the
+// subscription (under subMu): Close waits for the one in progress, and its
+// call ends with the session instead of running to RequestTimeout. After
+// Close it is ErrClosed: nothing may be subscribed after the
+// NotifyClientTermination.
+func (s *Session) subCtx(ctx context.Context) (context.Context, func(), error) {
+	if s.life.Err() != nil {
+		return nil, nil, ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.life, cancel)
+	return ctx, func() { stop(); cancel() }, nil
+}
+
+// closedDuring is err, or ErrClosed when the session closed during the call.
+func (s *Session) closedDuring(what string, err error) error {
+	if err != nil && s.life.Err() != nil {
+		return fmt.Errorf("rocketmq: %s: the session closed: %w", what, ErrClosed)
+	}
+	return err
+}
+
 // SubscribeLite adds one exact lite topic of mainTopic (PARTIAL_ADD) and keeps
-// it in the periodic COMPLETE_ADD. offset is optional.
+// it in the periodic COMPLETE_ADD. offset is optional. It ends with the
+// session (ErrClosed after Close).
 func (s *Session) SubscribeLite(ctx context.Context, mainTopic, liteTopic string, offset *OffsetOption) error {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
-	err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
+	ctx, end, err := s.subCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	err = s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
 		Action: LitePartialAdd, Topic: mainTopic, Group: s.cfg.Group, LiteTopics: []string{liteTopic}, Offset: offset,
 	})
 	if err != nil {
-		return err
+		return s.closedDuring("PARTIAL_ADD of "+liteTopic, err)
 	}
 	s.mu.Lock()
 	if s.exact[mainTopic] == nil {
@@ -547,15 +574,22 @@ func (s *Session) SubscribeLite(ctx context.Context, mainTopic, liteTopic string
 	return nil
 }
 
-// UnsubscribeLite removes one exact lite topic (PARTIAL_REMOVE).
+// UnsubscribeLite removes one exact lite topic (PARTIAL_REMOVE). It ends
+// with the session (ErrClosed after Close: the termination took the
+// session's lite topics with it).
 func (s *Session) UnsubscribeLite(ctx context.Context, mainTopic, liteTopic string) error {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
-	err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
+	ctx, end, err := s.subCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	err = s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
 		Action: LitePartialRemove, Topic: mainTopic, Group: s.cfg.Group, LiteTopics: []string{liteTopic},
 	})
 	if err != nil {
-		return err
+		return s.closedDuring("PARTIAL_REMOVE of "+liteTopic, err)
 	}
 	s.mu.Lock()
 	delete(s.exact[mainTopic], liteTopic)

@@ -187,9 +187,72 @@ func TestSessionRejoin(t *testing.T) {
 	if err := s.Rejoin(t.Context(), "main"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Rejoin after Close: %v, want ErrClosed", err)
 	}
+	if err := s.SubscribeLite(t.Context(), "exact", "lt2", nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("SubscribeLite after Close: %v, want ErrClosed", err)
+	}
+	if err := s.UnsubscribeLite(t.Context(), "exact", "lt"); !errors.Is(err, ErrClosed) {
+		t.Errorf("UnsubscribeLite after Close: %v, want ErrClosed", err)
+	}
 	select {
 	case r := <-syncs:
 		t.Errorf("sent after Close: %v", r)
 	default:
+	}
+}
+
+// TestSessionSubscribeLiteEndsWithClose: a SubscribeLite whose PARTIAL_ADD
+// the broker does not answer ends when the session closes, with ErrClosed,
+// and Close does not wait for it to run to RequestTimeout (a minute here;
+// Close waited for it, then failed its own NotifyClientTermination).
+func TestSessionSubscribeLiteEndsWithClose(t *testing.T) {
+	reply := consumerReply(v2.ClientType_LITE_SIMPLE_CONSUMER)
+	adds := make(chan struct{}, 1)
+	f := &fakeServer{
+		telemetry: func(st v2.MessagingService_TelemetryServer) error {
+			if _, err := st.Recv(); err != nil {
+				return err
+			}
+			if err := st.Send(&v2.TelemetryCommand{Status: okStatus(), Command: &v2.TelemetryCommand_Settings{Settings: reply}}); err != nil {
+				return err
+			}
+			<-st.Context().Done()
+			return nil
+		},
+		syncLite: func(ctx context.Context, r *v2.SyncLiteSubscriptionRequest) (*v2.SyncLiteSubscriptionResponse, error) {
+			if r.GetAction() == v2.LiteSubscriptionAction_PARTIAL_ADD {
+				adds <- struct{}{}
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return &v2.SyncLiteSubscriptionResponse{Status: okStatus()}, nil
+		},
+		heartbeat: func(context.Context, *v2.HeartbeatRequest) (*v2.HeartbeatResponse, error) {
+			return &v2.HeartbeatResponse{Status: okStatus()}, nil
+		},
+		notify: func(context.Context, *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
+			return &v2.NotifyClientTerminationResponse{Status: okStatus()}, nil
+		},
+	}
+	ep := startFake(t, f)
+	c := newTestClient(t, Config{Endpoints: ep, LiteSyncInterval: time.Hour, RequestTimeout: time.Minute})
+	s, err := c.OpenSession(t.Context(), SessionConfig{Type: LiteSimpleConsumer, Group: "g", Subscriptions: []Subscription{{Topic: "main"}}})
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.SubscribeLite(t.Context(), "main", "lt", nil) }()
+	waitFor(t, adds, 5*time.Second, "the PARTIAL_ADD")
+	cctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		t.Fatalf("Close during a SubscribeLite: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("SubscribeLite cut by Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SubscribeLite still running 10 s after Close returned")
 	}
 }
