@@ -55,7 +55,8 @@ type AckPoolConfig struct {
 	// (or, with a Credentials resolver, addresses of two entries) fails with
 	// ErrEndpointNotAllowed, before any RPC and without creating a client: a
 	// pool never signs a request for a host it was not configured for, nor
-	// with another entry's credentials.
+	// with another entry's credentials. With a resolver, no address may be
+	// in two entries (an *OptionError).
 	AllowedEndpoints []string
 	// MaxBatch caps the entries of one AckMessage RPC. Default 64, at most
 	// MaxAckMaxBatch.
@@ -142,6 +143,7 @@ func (c AckPoolConfig) allowed() ([]allowEntry, error) {
 		lists = []string{c.Endpoints}
 	}
 	out := make([]allowEntry, 0, len(lists))
+	owner := map[string]string{} // address -> the entry that has it
 	for _, l := range lists {
 		eps, err := client.ParseEndpoints(l)
 		if err != nil {
@@ -149,7 +151,14 @@ func (c AckPoolConfig) allowed() ([]allowEntry, error) {
 		}
 		e := allowEntry{raw: strings.TrimSpace(l), addrs: map[string]bool{}}
 		for _, a := range eps {
-			e.addrs[a.String()] = true
+			addr := a.String()
+			// With a resolver an address's entry decides its credentials:
+			// in two entries, it would get whichever came first.
+			if o, ok := owner[addr]; ok && o != e.raw && c.Credentials != nil {
+				return nil, optionError("AllowedEndpoints", fmt.Sprintf("%s is in two entries (%q and %q): with a Credentials resolver each address must belong to one entry, whose credentials it is acked with", addr, o, e.raw))
+			}
+			owner[addr] = e.raw
+			e.addrs[addr] = true
 		}
 		out = append(out, e)
 	}

@@ -750,3 +750,27 @@ func TestAckPoolWithoutResolverMixesEntries(t *testing.T) {
 		t.Fatalf("a handle naming an address of no entry: %v, want ErrEndpointNotAllowed", err)
 	}
 }
+
+// TestAckPoolOverlappingEntriesWithResolverRefused: with a Credentials
+// resolver an address in two AllowedEndpoints entries is refused up front
+// (its handles would be acked with whichever entry's credentials came
+// first); without a resolver every entry has one identity and overlap is
+// harmless.
+func TestAckPoolOverlappingEntriesWithResolverRefused(t *testing.T) {
+	resolver := func(string) (client.Credentials, error) { return client.Credentials{AccessKey: "ak", AccessSecret: "s"}, nil }
+	cfg := AckPoolConfig{Name: "overlap", Credentials: resolver, AllowedEndpoints: []string{"127.0.0.1:7001;127.0.0.1:7002", "127.0.0.1:07002"}}
+	var oe *OptionError
+	if err := cfg.Validate(); !errors.As(err, &oe) || oe.Option != "AllowedEndpoints" || !strings.Contains(err.Error(), "127.0.0.1:7002") {
+		t.Fatalf("Validate with an address in two entries and a resolver: %v, want an *OptionError on AllowedEndpoints naming the address", err)
+	}
+	if p, err := AcquireAckPool(cfg); err == nil {
+		p.Release(context.Background())
+		t.Fatal("AcquireAckPool accepted an address in two entries with a resolver")
+	}
+	cfg.Credentials, cfg.Name = nil, ""
+	p, err := AcquireAckPool(cfg)
+	if err != nil {
+		t.Fatalf("without a resolver: %v", err)
+	}
+	p.Release(context.Background())
+}
