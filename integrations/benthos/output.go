@@ -59,13 +59,22 @@ type output struct {
 	maxAttempts int
 
 	mu     sync.Mutex
-	sinks  map[string]*rmqflow.Sink // by topic
+	sinks  map[string]*openSink // by topic
 	closed bool
+}
+
+// openSink is a topic's sink, opened once: callers for the topic wait for
+// done; others do not (a topic whose route is slow to come stalls only its
+// own messages).
+type openSink struct {
+	done chan struct{}
+	s    *rmqflow.Sink
+	err  error
 }
 
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
 	var (
-		o   = &output{sinks: map[string]*rmqflow.Sink{}}
+		o   = &output{sinks: map[string]*openSink{}}
 		pol service.BatchPolicy
 		mif int
 		err error
@@ -114,22 +123,41 @@ func (o *output) Connect(ctx context.Context) error {
 	return nil
 }
 
-// sink returns the sink of topic, opening it on first use.
+// sink returns the sink of topic, opening it on first use, without holding
+// the lock while it opens. A failed open is forgotten (the next call tries
+// again); its waiters get its error.
 func (o *output) sink(ctx context.Context, topic string) (*rmqflow.Sink, error) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.closed {
+		o.mu.Unlock()
 		return nil, service.ErrNotConnected
 	}
-	if s := o.sinks[topic]; s != nil {
-		return s, nil
+	if e := o.sinks[topic]; e != nil {
+		o.mu.Unlock()
+		select {
+		case <-e.done:
+			return e.s, e.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
+	e := &openSink{done: make(chan struct{})}
+	o.sinks[topic] = e
+	o.mu.Unlock()
 	s, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: o.conn, Topic: topic, MaxAttempts: o.maxAttempts})
-	if err != nil {
-		return nil, err
+	o.mu.Lock()
+	if err == nil && o.closed {
+		// Close ran while it opened, and did not see it.
+		_ = s.Close(context.WithoutCancel(ctx))
+		s, err = nil, service.ErrNotConnected
 	}
-	o.sinks[topic] = s
-	return s, nil
+	if err != nil && o.sinks[topic] == e {
+		delete(o.sinks, topic)
+	}
+	e.s, e.err = s, err
+	close(e.done)
+	o.mu.Unlock()
+	return s, err
 }
 
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
@@ -219,8 +247,17 @@ func (o *output) record(msg *service.Message) (string, rmqflow.Record, error) {
 
 func (o *output) Close(ctx context.Context) error {
 	o.mu.Lock()
-	sinks := o.sinks
-	o.sinks, o.closed = map[string]*rmqflow.Sink{}, true
+	var sinks []*rmqflow.Sink
+	for _, e := range o.sinks {
+		select {
+		case <-e.done:
+			if e.s != nil {
+				sinks = append(sinks, e.s)
+			}
+		default: // still opening: its opener sees closed and closes it
+		}
+	}
+	o.sinks, o.closed = map[string]*openSink{}, true
 	o.mu.Unlock()
 	var errs []error
 	for _, s := range sinks {
