@@ -16,6 +16,7 @@ import (
 	mockContext "github.com/lf-edge/ekuiper/v2/pkg/mock/context"
 
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // TestParseSource: the reference connector's option names map onto the
@@ -849,5 +850,45 @@ func TestLedgerHeldUntilConfirmed(t *testing.T) {
 	}
 	if n, _ := l.confirm(ctx); n != 0 {
 		t.Fatalf("confirm after detach acked %d", n)
+	}
+}
+
+// TestSinkRefusesRowsWithoutSeqBeforeSending: an acking sink whose rows
+// carry no rocketmq_seq fails the call before it sends anything (it sent
+// the rows and then failed, so each retry of the call sent them again).
+func TestSinkRefusesRowsWithoutSeqBeforeSending(t *testing.T) {
+	fake, err := rmqfake.New(rmqfake.Addr("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Stop()
+	if err := fake.CreateTopic("out", rmqfake.TopicNormal); err != nil {
+		t.Fatal(err)
+	}
+	s, err := rmqflow.NewSink(t.Context(), rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: fake.Addr()}, Topic: "out"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	if err := l.attach(new(int), &fakeAcker{}, 1); err != nil {
+		t.Fatal(err)
+	}
+	l.join("s")
+	k := &sink{s: s, ack: &ackPart{led: l, name: "s"}}
+	mctx := mockContext.NewMockContext("r", "op")
+	if err := k.write(mctx, []map[string]any{{"n": 1}, {"n": 2}}); !errors.Is(err, errNoSeq) {
+		t.Fatalf("rows without %s: %v, want errNoSeq", MetaSeq, err)
+	}
+	if sent := fake.Stats().Topics["out"].Sent; sent != 0 {
+		t.Fatalf("the refused call stored %d messages", sent)
+	}
+	// A row with its seq goes out (the check is not a refusal of all rows).
+	seq := l.add(rmqflow.ReceiptHandle{MessageID: "a"}, 1, false)[0]
+	if err := k.write(mctx, []map[string]any{{"n": 1, MetaSeq: seq}}); err != nil {
+		t.Fatalf("a row with its seq: %v", err)
+	}
+	if sent := fake.Stats().Topics["out"].Sent; sent != 1 {
+		t.Fatalf("%d messages stored for one row, want 1", sent)
 	}
 }

@@ -235,6 +235,9 @@ func (k *sink) write(ctx api.StreamContext, rows []map[string]any) error {
 		}
 		return errNotConnected
 	}
+	if err := ack.check(rows); err != nil {
+		return err // before sending: a retried call would send the rows again
+	}
 	recs := make([]rmqflow.Record, 0, len(rows))
 	for _, row := range rows {
 		rec, err := k.record(ctx, row)
@@ -345,6 +348,20 @@ func (a *ackPart) close() {
 // it cannot tell what they cover.
 var errNoSeq = errors.New("the rows carry no " + MetaSeq + ": select meta(" + MetaSeq + ") AS " + MetaSeq +
 	" (max(meta(" + MetaSeq + ")) AS " + MetaSeq + " in a window) or set the rule option sendMetaToSink, and keep it through fields and templates")
+
+// check refuses, before anything is sent, rows that cannot settle: none
+// carries a rocketmq_seq while a rocketmq source feeds the run.
+func (a *ackPart) check(rows []map[string]any) error {
+	if a == nil || len(rows) == 0 || !a.led.hasSource() {
+		return nil
+	}
+	for _, r := range rows {
+		if _, ok := rowSeq(r); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("rocketmq: %w", errNoSeq)
+}
 
 // settle tells the ledger how a call's rows went and returns the call's
 // result: failure itself, or an ack failure after a success (the rows were
