@@ -30,10 +30,15 @@ func Read(s beam.Scope, cfg ReadConfig) beam.PCollection {
 // readRestriction is a reader's place: which shard, and how many times it
 // has checkpointed (a Pop consumer has no offset to resume from; the shared
 // source is where the reading resumes). Done marks a read that ended.
+// Started (Unix ns) is when the read began: StopAfterIdle counts from it or
+// from the source's last message, whichever is later, since a worker's
+// source may have served an earlier job (IdleClose) and carry its last
+// message time.
 type readRestriction struct {
-	Shard int
-	Epoch int64
-	Done  bool
+	Shard   int
+	Epoch   int64
+	Done    bool
+	Started int64
 }
 
 // stopClaim, claimed, ends the restriction: the read is over.
@@ -100,7 +105,9 @@ type readFn struct {
 	Cfg ReadConfig
 }
 
-func (fn *readFn) CreateInitialRestriction(_ []byte) readRestriction { return readRestriction{} }
+func (fn *readFn) CreateInitialRestriction(_ []byte) readRestriction {
+	return readRestriction{Started: time.Now().UnixNano()}
+}
 
 func (fn *readFn) SplitRestriction(_ []byte, r readRestriction) []readRestriction {
 	if r.Epoch != 0 || r.Done {
@@ -108,7 +115,7 @@ func (fn *readFn) SplitRestriction(_ []byte, r readRestriction) []readRestrictio
 	}
 	out := make([]readRestriction, fn.Cfg.Shards)
 	for i := range out {
-		out[i] = readRestriction{Shard: i}
+		out[i] = readRestriction{Shard: i, Started: r.Started}
 	}
 	return out
 }
@@ -130,7 +137,7 @@ func (fn *readFn) CreateTracker(r readRestriction) *sdf.LockRTracker {
 func (fn *readFn) TruncateRestriction(rt *sdf.LockRTracker, _ []byte) readRestriction {
 	r := rt.GetRestriction().(readRestriction)
 	retireKey(sourceKey(fn.Cfg, r.Shard))
-	return readRestriction{Shard: r.Shard, Done: true}
+	return readRestriction{Shard: r.Shard, Done: true, Started: r.Started}
 }
 
 func (fn *readFn) CreateWatermarkEstimator() *lagEstimator {
@@ -208,7 +215,11 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 		shared.lastMessage = time.Now()
 	}
 	messagesRead.Inc(ctx, int64(n))
-	if n == 0 && fn.Cfg.StopAfterIdle > 0 && time.Since(shared.lastMessage) >= fn.Cfg.StopAfterIdle {
+	since := shared.lastMessage
+	if started := time.Unix(0, r.Started); r.Started != 0 && started.After(since) {
+		since = started // the source served an earlier read
+	}
+	if n == 0 && fn.Cfg.StopAfterIdle > 0 && time.Since(since) >= fn.Cfg.StopAfterIdle {
 		rt.TryClaim(stopClaim{})
 		release = shared.retireLocked // the read is over
 		return sdf.StopProcessing(), nil

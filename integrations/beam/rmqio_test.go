@@ -441,3 +441,39 @@ func TestWriteRefusedRecordIsReported(t *testing.T) {
 			st.Topics["rmqflow-beam-d"].Acked, st.Topics["rmqflow-beam-out"].Sent)
 	}
 }
+
+// TestStopAfterIdleCountsFromTheReadsStart: a read that finds its worker's
+// source kept from an earlier job (IdleClose), whose last message was long
+// ago, does not end at its first empty bundle: StopAfterIdle counts from the
+// read's own start too.
+func TestStopAfterIdleCountsFromTheReadsStart(t *testing.T) {
+	s := rmqfakeServer(t)
+	closeReaders(t)
+	cfg := ReadConfig{Connection: Connection{Endpoints: s.Addr()}, MainTopic: "rmqflow-beam-a", Group: "rmqflow-beam-a-g",
+		MaxBundleTime: 100 * time.Millisecond, StopAfterIdle: 30 * time.Second}.withDefaults()
+	old, err := acquireSource(t.Context(), cfg, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.lastMessage = time.Now().Add(-time.Hour)
+	old.done()
+	fn := &readFn{Cfg: cfg}
+	rest := fn.SplitRestriction(nil, fn.CreateInitialRestriction(nil))[0]
+	if rest.Started == 0 {
+		t.Fatal("the split restriction lost the read's start")
+	}
+	cont, err := fn.ProcessElement(t.Context(), &lagEstimator{}, fn.CreateTracker(rest), nil,
+		func(beam.EventTime, AckableMessage) { t.Error("a message from an empty topic") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cont.ShouldResume() {
+		t.Fatal("a new read ended at its first empty bundle: StopAfterIdle counted from an earlier job's last message")
+	}
+	// The read's own idle time still ends it.
+	rest.Started = time.Now().Add(-time.Minute).UnixNano()
+	if cont, err = fn.ProcessElement(t.Context(), &lagEstimator{}, fn.CreateTracker(rest), nil,
+		func(beam.EventTime, AckableMessage) {}); err != nil || cont.ShouldResume() {
+		t.Fatalf("a read idle for longer than StopAfterIdle: resume %v, %v; want the read to end", cont != nil && cont.ShouldResume(), err)
+	}
+}
