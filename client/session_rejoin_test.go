@@ -23,16 +23,7 @@ func TestSessionRejoin(t *testing.T) {
 	notified := make(chan struct{}, 4)
 	var failed atomic.Pointer[v2.SyncLiteSubscriptionRequest] // the last request answered with a failure
 	f := &fakeServer{
-		telemetry: func(st v2.MessagingService_TelemetryServer) error {
-			if _, err := st.Recv(); err != nil {
-				return err
-			}
-			if err := st.Send(&v2.TelemetryCommand{Status: okStatus(), Command: &v2.TelemetryCommand_Settings{Settings: reply}}); err != nil {
-				return err
-			}
-			<-st.Context().Done()
-			return nil
-		},
+		telemetry: newTelemetryFake(reply).handle,
 		syncLite: func(ctx context.Context, r *v2.SyncLiteSubscriptionRequest) (*v2.SyncLiteSubscriptionResponse, error) {
 			if r.GetAction() == v2.LiteSubscriptionAction_COMPLETE_REMOVE && blockRemove.Load() {
 				syncs <- r
@@ -208,16 +199,7 @@ func TestSessionSubscribeLiteEndsWithClose(t *testing.T) {
 	reply := consumerReply(v2.ClientType_LITE_SIMPLE_CONSUMER)
 	adds := make(chan struct{}, 1)
 	f := &fakeServer{
-		telemetry: func(st v2.MessagingService_TelemetryServer) error {
-			if _, err := st.Recv(); err != nil {
-				return err
-			}
-			if err := st.Send(&v2.TelemetryCommand{Status: okStatus(), Command: &v2.TelemetryCommand_Settings{Settings: reply}}); err != nil {
-				return err
-			}
-			<-st.Context().Done()
-			return nil
-		},
+		telemetry: newTelemetryFake(reply).handle,
 		syncLite: func(ctx context.Context, r *v2.SyncLiteSubscriptionRequest) (*v2.SyncLiteSubscriptionResponse, error) {
 			if r.GetAction() == v2.LiteSubscriptionAction_PARTIAL_ADD {
 				adds <- struct{}{}
