@@ -436,20 +436,7 @@ func TestRunnerPipelineAcksFailedAck(t *testing.T) {
 		}
 		return rmqfake.Verdict{}
 	})
-	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
-		switch m.Value {
-		case "m1":
-			m1.Store(m.Meta.MessageID)
-		case "m2":
-			select { // m3 must find the lite topic blocked behind m1
-			case <-refusedLogged:
-			case <-ctx.Done():
-				return rmqflow.Decision{}, ctx.Err()
-			}
-		}
-		r.record(m.Value)
-		return rmqflow.Ack(), nil
-	}, rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: true}, nil)
+	r.run(r.m1FailsHandler(&m1, refusedLogged), rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: true}, nil)
 	r.waitUntil(ctx, "m3 handled", func(s []string) bool { return count(s, "m3") > 0 })
 	r.settled(ctx, 3)
 	if !refused.Load() {
@@ -459,6 +446,28 @@ func TestRunnerPipelineAcksFailedAck(t *testing.T) {
 	// message of a receive: m1 comes back with m2, acked after it.
 	if got, want := r.snapshot(), []string{"m1", "m2", "m1", "m2", "m3"}; !slices.Equal(got, want) {
 		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+}
+
+// m1FailsHandler is the handler of the tests in which m1's ack fails: it
+// acks every message, notes m1's message id in m1, and holds m2 until wait
+// is closed (unless wait is nil), so that m3 finds its key blocked behind m1.
+func (r *orderRig) m1FailsHandler(m1 *atomic.Value, wait <-chan struct{}) func(context.Context, *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+	return func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		switch m.Value {
+		case "m1":
+			m1.Store(m.Meta.MessageID)
+		case "m2":
+			if wait != nil {
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					return rmqflow.Decision{}, ctx.Err()
+				}
+			}
+		}
+		r.record(m.Value)
+		return rmqflow.Ack(), nil
 	}
 }
 
@@ -588,22 +597,11 @@ func TestRunnerAckAppliedButReportedFailed(t *testing.T) {
 					}
 					return rmqfake.Verdict{}
 				})
-				r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
-					switch m.Value {
-					case "m1":
-						m1.Store(m.Meta.MessageID)
-					case "m2":
-						if pipelined {
-							select { // m3 must find the key blocked behind m1
-							case <-refusedLogged:
-							case <-ctx.Done():
-								return rmqflow.Decision{}, ctx.Err()
-							}
-						}
-					}
-					r.record(m.Value)
-					return rmqflow.Ack(), nil
-				}, rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: pipelined}, nil)
+				var wait <-chan struct{}
+				if pipelined {
+					wait = refusedLogged
+				}
+				r.run(r.m1FailsHandler(&m1, wait), rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: pipelined}, nil)
 				r.waitUntil(ctx, "m3 handled", func(s []string) bool { return count(s, "m3") > 0 })
 				r.settled(ctx, 3)
 				if !lost.Load() {
