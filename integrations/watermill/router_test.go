@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/rmqflow/rmqflow"
+	rmqwatermill "github.com/rmqflow/rmqflow/integrations/watermill"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 )
 
@@ -25,21 +26,7 @@ func TestRouterRetryAndPoisonQueue(t *testing.T) {
 	rmqtest.CheckGoroutines(t)
 	tg := fakeTarget(t, rmqflow.ModeLite)
 	group := tg.group(t, "router-g")
-	orders, poison := rmqtest.Unique("orders"), rmqtest.Unique("poison")
-	pub := tg.publisher(t)
-	defer pub.Close()
-	sub := tg.subscriber(t, group)
-	defer sub.Close()
-
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pq, err := middleware.PoisonQueue(pub, poison)
-	if err != nil {
-		t.Fatal(err)
-	}
-	router.AddMiddleware(pq, middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware)
+	router, pub, sub, orders, poison := poisonRouter(t, tg, group)
 
 	var mu sync.Mutex
 	runs := map[string]int{}
@@ -116,20 +103,7 @@ func TestRouterCloseDoesNotPoisonInFlight(t *testing.T) {
 	rmqtest.CheckGoroutines(t)
 	tg := fakeTarget(t, rmqflow.ModeLite)
 	group := tg.group(t, "router-close-g")
-	orders, poison := rmqtest.Unique("orders"), rmqtest.Unique("poison")
-	pub := tg.publisher(t)
-	defer pub.Close()
-	sub := tg.subscriber(t, group)
-	defer sub.Close()
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pq, err := middleware.PoisonQueue(pub, poison)
-	if err != nil {
-		t.Fatal(err)
-	}
-	router.AddMiddleware(pq, middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware)
+	router, pub, sub, orders, poison := poisonRouter(t, tg, group)
 	entered := make(chan struct{})
 	var once sync.Once
 	router.AddNoPublisherHandler("orders", orders, sub, func(m *message.Message) error {
@@ -166,4 +140,27 @@ func TestRouterCloseDoesNotPoisonInFlight(t *testing.T) {
 		t.Fatalf("got %q, want the message the closed router held", m.Payload)
 	}
 	m.Ack()
+}
+
+// poisonRouter is the Router of docs/watermill.md on tg: Retry (2 retries)
+// inside PoisonQueue, which publishes to a fresh poison lite topic; it
+// returns the router, its publisher, a subscriber of group and the orders
+// and poison topic names. The publisher and subscriber close when the test ends.
+func poisonRouter(t *testing.T, tg *target, group string) (*message.Router, *rmqwatermill.Publisher, *rmqwatermill.Subscriber, string, string) {
+	t.Helper()
+	orders, poison := rmqtest.Unique("orders"), rmqtest.Unique("poison")
+	pub := tg.publisher(t)
+	t.Cleanup(func() { _ = pub.Close() })
+	sub := tg.subscriber(t, group)
+	t.Cleanup(func() { _ = sub.Close() })
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := middleware.PoisonQueue(pub, poison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddMiddleware(pq, middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware)
+	return router, pub, sub, orders, poison
 }
