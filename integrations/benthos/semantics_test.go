@@ -145,27 +145,17 @@ func TestAckProcessorLeavesErroredMessages(t *testing.T) {
 	prefix := rmqtest.Unique("berr")
 	send(t, ctx, s.Addr(), reqTopic, rmqflow.Record{LiteTopic: prefix + "-a", Body: []byte("good")},
 		rmqflow.Record{LiteTopic: prefix + "-b", Body: []byte("bad")})
-	b := service.NewStreamBuilder()
-	b.SetEnvVarLookupFunc(envLookup(map[string]string{"EP": s.Addr()}))
-	if err := b.AddInputYAML(`rocketmq:
-  endpoints: ${EP}
-  lite:
-    - topic: ` + reqTopic + `
-      group: ` + reqGroup + `
-  ack_mode: manual
-  invisible_duration: 60s`); err != nil {
-		t.Fatal(err)
-	}
-	for _, proc := range []string{`mapping: 'root = if content() == "bad" { throw("the model call failed") } else { content() }'`,
-		`rocketmq_ack:
-  endpoints: ${EP}`} {
-		if err := b.AddProcessorYAML(proc); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var mu sync.Mutex
 	errored := map[string]bool{}
-	if err := b.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
+	runPipeline(t, `rocketmq:
+  endpoints: ${EP}
+  lite:
+    - topic: `+reqTopic+`
+      group: `+reqGroup+`
+  ack_mode: manual
+  invisible_duration: 60s`, []string{`mapping: 'root = if content() == "bad" { throw("the model call failed") } else { content() }'`,
+		`rocketmq_ack:
+  endpoints: ${EP}`}, map[string]string{"EP": s.Addr()}, func(_ context.Context, batch service.MessageBatch) error {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range batch {
@@ -173,13 +163,7 @@ func TestAckProcessorLeavesErroredMessages(t *testing.T) {
 			errored[string(body)] = m.GetError() != nil
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.SetLoggerYAML("level: WARN"); err != nil {
-		t.Fatal(err)
-	}
-	start(t, b)
+	})
 	waitFor(t, 30*time.Second, "both messages through the pipeline", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -211,40 +195,25 @@ func TestDeferThenAckSticks(t *testing.T) {
 	}
 	ctx := rmqtest.Context(t, time.Minute)
 	send(t, ctx, s.Addr(), "t", rmqflow.Record{Body: []byte("m")})
-	b := service.NewStreamBuilder()
-	b.SetEnvVarLookupFunc(envLookup(map[string]string{"EP": s.Addr()}))
-	if err := b.AddInputYAML(`rocketmq:
+	var mu sync.Mutex
+	var errs []error
+	done := make(chan struct{}, 1)
+	runPipeline(t, `rocketmq:
   endpoints: ${EP}
   mode: simple
   topic: t
   group: g
   ack_mode: manual
-  invisible_duration: 60s`); err != nil {
-		t.Fatal(err)
-	}
-	for _, proc := range []string{"rocketmq_ack:\n  endpoints: ${EP}\n  action: defer\n  defer_duration: 30s", "rocketmq_ack:\n  endpoints: ${EP}"} {
-		if err := b.AddProcessorYAML(proc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var mu sync.Mutex
-	var errs []error
-	done := make(chan struct{}, 1)
-	if err := b.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, m := range batch {
-			errs = append(errs, m.GetError())
-		}
-		done <- struct{}{}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.SetLoggerYAML("level: WARN"); err != nil {
-		t.Fatal(err)
-	}
-	start(t, b)
+  invisible_duration: 60s`, []string{"rocketmq_ack:\n  endpoints: ${EP}\n  action: defer\n  defer_duration: 30s", "rocketmq_ack:\n  endpoints: ${EP}"},
+		map[string]string{"EP": s.Addr()}, func(_ context.Context, batch service.MessageBatch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range batch {
+				errs = append(errs, m.GetError())
+			}
+			done <- struct{}{}
+			return nil
+		})
 	select {
 	case <-done:
 	case <-ctx.Done():
