@@ -275,13 +275,7 @@ func TestSessionExpiryDropsLiteSubscription(t *testing.T) {
 	t.Parallel()
 	s, clk := start(t, rmqfake.SessionExpiry(time.Minute))
 	c := newClient(t, s, client.Config{})
-	stream, err := v2.NewMessagingServiceClient(c.Conn()).Telemetry(c.OutgoingContext(ctxT(t)))
-	must(t, err)
-	must(t, stream.Send(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: consumerSettings(v2.ClientType_LITE_PUSH_CONSUMER, exactGroup, liteTopic)}}))
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup, LiteTopics: []string{"x"}}))
+	stream := liteConsumerWithX(t, c)
 	if n := s.Stats().LiteSubscriptions; n != 1 {
 		t.Fatalf("%d lite subscriptions, want 1", n)
 	}
@@ -403,13 +397,7 @@ func TestTelemetryUnregisteredStreamSpeaksForNoOne(t *testing.T) {
 	t.Parallel()
 	s, _ := start(t)
 	c := newClient(t, s, client.Config{ClientID: "victim"})
-	stream, err := v2.NewMessagingServiceClient(c.Conn()).Telemetry(c.OutgoingContext(ctxT(t)))
-	must(t, err)
-	must(t, stream.Send(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: consumerSettings(v2.ClientType_LITE_PUSH_CONSUMER, exactGroup, liteTopic)}}))
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup, LiteTopics: []string{"x"}}))
+	liteConsumerWithX(t, c) // its stream stays open until the test ends
 	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 1 && st.LiteSubscriptions == 1 }))
 
 	forger := newClient(t, s, client.Config{ClientID: "victim"})
@@ -425,4 +413,19 @@ func TestTelemetryUnregisteredStreamSpeaksForNoOne(t *testing.T) {
 	if st := s.Stats(); st.LiteSubscriptions != 1 || st.Sessions != 1 {
 		t.Fatalf("after a stranger's stream naming the client was cancelled: %d lite subscriptions, %d sessions; want 1 and 1", st.LiteSubscriptions, st.Sessions)
 	}
+}
+
+// liteConsumerWithX opens c's Telemetry stream as a lite push consumer of
+// exactGroup (its settings answered) and subscribes it to lite topic "x" of
+// liteTopic; the stream is the client's presence.
+func liteConsumerWithX(t *testing.T, c *client.Client) v2.MessagingService_TelemetryClient {
+	t.Helper()
+	stream, err := v2.NewMessagingServiceClient(c.Conn()).Telemetry(c.OutgoingContext(ctxT(t)))
+	must(t, err)
+	must(t, stream.Send(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: consumerSettings(v2.ClientType_LITE_PUSH_CONSUMER, exactGroup, liteTopic)}}))
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup, LiteTopics: []string{"x"}}))
+	return stream
 }
