@@ -871,24 +871,34 @@ func TestSinkRefusesRowsWithoutSeqBeforeSending(t *testing.T) {
 	}
 	defer s.Close(context.Background())
 	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
-	if err := l.attach(new(int), &fakeAcker{}, 1); err != nil {
+	acker := &fakeAcker{}
+	if err := l.attach(new(int), acker, 1); err != nil {
 		t.Fatal(err)
 	}
 	l.join("s")
 	k := &sink{s: s, ack: &ackPart{led: l, name: "s"}}
 	mctx := mockContext.NewMockContext("r", "op")
+	l.add(rmqflow.ReceiptHandle{MessageID: "a"}, 1, false)
 	if err := k.write(mctx, []map[string]any{{"n": 1}, {"n": 2}}); !errors.Is(err, errNoSeq) {
 		t.Fatalf("rows without %s: %v, want errNoSeq", MetaSeq, err)
 	}
 	if sent := fake.Stats().Topics["out"].Sent; sent != 0 {
 		t.Fatalf("the refused call stored %d messages", sent)
 	}
+	// The refusal is a failure to the ledger: the idle check acks nothing,
+	// the message is left to come back.
+	if n, err := l.settleIdle(t.Context(), 1); n != 0 || err != nil {
+		t.Fatalf("idle settle after the refusal: %d, %v", n, err)
+	}
 	// A row with its seq goes out (the check is not a refusal of all rows).
-	seq := l.add(rmqflow.ReceiptHandle{MessageID: "a"}, 1, false)[0]
+	seq := l.add(rmqflow.ReceiptHandle{MessageID: "b"}, 1, false)[0]
 	if err := k.write(mctx, []map[string]any{{"n": 1, MetaSeq: seq}}); err != nil {
 		t.Fatalf("a row with its seq: %v", err)
 	}
 	if sent := fake.Stats().Topics["out"].Sent; sent != 1 {
 		t.Fatalf("%d messages stored for one row, want 1", sent)
+	}
+	if st := acker.state(); !strings.Contains(st, "left [a]") {
+		t.Fatalf("after the refusal: %s, want a left to come back", st)
 	}
 }

@@ -236,7 +236,10 @@ func (k *sink) write(ctx api.StreamContext, rows []map[string]any) error {
 		return errNotConnected
 	}
 	if err := ack.check(rows); err != nil {
-		return err // before sending: a retried call would send the rows again
+		// Before sending (a retried call would send the rows again), and
+		// failed in the ledger: the rule's messages are left to come back,
+		// lest the idle check or a later delivery ack them unsent.
+		return ack.settle(ctx, rows, err)
 	}
 	recs := make([]rmqflow.Record, 0, len(rows))
 	for _, row := range rows {
