@@ -125,38 +125,51 @@ func (o *output) Connect(ctx context.Context) error {
 
 // sink returns the sink of topic, opening it on first use, without holding
 // the lock while it opens. A failed open is forgotten (the next call tries
-// again); its waiters get its error.
+// again); its waiters get its error, or try again themselves when it was
+// the opener's context that ended.
 func (o *output) sink(ctx context.Context, topic string) (*rmqflow.Sink, error) {
-	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
-		return nil, service.ErrNotConnected
-	}
-	if e := o.sinks[topic]; e != nil {
+	for {
+		o.mu.Lock()
+		if o.closed {
+			o.mu.Unlock()
+			return nil, service.ErrNotConnected
+		}
+		e := o.sinks[topic]
+		if e == nil {
+			break // this call opens it, below, still holding the lock
+		}
 		o.mu.Unlock()
 		select {
 		case <-e.done:
-			return e.s, e.err
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		if e.err != nil && ctx.Err() == nil && (errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded)) {
+			continue // the opener gave up, not this caller
+		}
+		return e.s, e.err
 	}
 	e := &openSink{done: make(chan struct{})}
 	o.sinks[topic] = e
 	o.mu.Unlock()
+	defer close(e.done)
 	s, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: o.conn, Topic: topic, MaxAttempts: o.maxAttempts})
 	o.mu.Lock()
-	if err == nil && o.closed {
-		// Close ran while it opened, and did not see it.
-		_ = s.Close(context.WithoutCancel(ctx))
-		s, err = nil, service.ErrNotConnected
-	}
+	overtaken := err == nil && o.closed
 	if err != nil && o.sinks[topic] == e {
 		delete(o.sinks, topic)
 	}
-	e.s, e.err = s, err
-	close(e.done)
+	if overtaken {
+		e.err = service.ErrNotConnected
+	} else {
+		e.s, e.err = s, err
+	}
 	o.mu.Unlock()
+	if overtaken {
+		// Close ran while it opened: it waits (done) for this close.
+		_ = s.Close(context.WithoutCancel(ctx))
+		return nil, service.ErrNotConnected
+	}
 	return s, err
 }
 
@@ -247,21 +260,20 @@ func (o *output) record(msg *service.Message) (string, rmqflow.Record, error) {
 
 func (o *output) Close(ctx context.Context) error {
 	o.mu.Lock()
-	var sinks []*rmqflow.Sink
-	for _, e := range o.sinks {
-		select {
-		case <-e.done:
-			if e.s != nil {
-				sinks = append(sinks, e.s)
-			}
-		default: // still opening: its opener sees closed and closes it
-		}
-	}
+	entries := o.sinks
 	o.sinks, o.closed = map[string]*openSink{}, true
 	o.mu.Unlock()
 	var errs []error
-	for _, s := range sinks {
-		errs = append(errs, s.Close(ctx))
+	for _, e := range entries {
+		// A sink still opening is closed by its opener, which sees closed.
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if e.s != nil {
+			errs = append(errs, e.s.Close(ctx))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package rmqbenthos
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -17,21 +18,28 @@ import (
 // every other topic's batch waited for it.
 func TestOutputSlowTopicDoesNotStallOthers(t *testing.T) {
 	fake := rmqfake.NewForTest(t, rmqfake.Addr("127.0.0.1:0"))
-	for _, topic := range []string{"slow", "fast"} {
+	for _, topic := range []string{"slow", "fast", "late"} {
 		if err := fake.CreateTopic(topic, rmqfake.TopicNormal); err != nil {
 			t.Fatal(err)
 		}
 	}
-	slowSeen := make(chan struct{}, 8)
+	slowSeen, lateSeen := make(chan struct{}, 8), make(chan struct{}, 8)
 	fake.Intercept("Telemetry", func(c rmqfake.Call) rmqfake.Verdict {
 		cmd, _ := c.Request.(*v2.TelemetryCommand)
 		for _, tp := range cmd.GetSettings().GetPublishing().GetTopics() {
-			if tp.GetName() == "slow" {
+			switch tp.GetName() {
+			case "slow":
 				select {
 				case slowSeen <- struct{}{}:
 				default:
 				}
 				return rmqfake.Verdict{Delay: time.Hour}
+			case "late":
+				select {
+				case lateSeen <- struct{}{}:
+				default:
+				}
+				return rmqfake.Verdict{Delay: 2 * time.Second}
 			}
 		}
 		return rmqfake.Verdict{}
@@ -75,8 +83,32 @@ func TestOutputSlowTopicDoesNotStallOthers(t *testing.T) {
 	if err := <-slowDone; err == nil {
 		t.Error("the slow topic's batch succeeded although its producer never opened")
 	}
+	// Close while a producer opens: Close waits for it, and the producer,
+	// opened after Close began, is closed, not used.
+	lateDone := make(chan error, 1)
+	go func() { lateDone <- o.WriteBatch(t.Context(), msg("late")) }()
+	select {
+	case <-lateSeen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late topic's producer settings never reached the server")
+	}
 	if err := o.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// Every producer told the server it left before Close returned.
+	if n := fake.Stats().Sessions; n != 0 {
+		t.Errorf("%d producer sessions left when Close returned (the one it overtook closed after it?)", n)
+	}
+	select {
+	case err := <-lateDone:
+		if !errors.Is(err, service.ErrNotConnected) {
+			t.Errorf("a batch whose producer opened after Close began: %v, want ErrNotConnected", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late topic's batch did not end after Close")
+	}
+	if got := fake.Stats().Topics["late"]; got.Sent != 0 {
+		t.Errorf("topic late got %d messages after Close", got.Sent)
 	}
 	if _, err := o.sink(t.Context(), "fast"); err != service.ErrNotConnected {
 		t.Errorf("a sink after Close: %v, want ErrNotConnected", err)
