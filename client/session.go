@@ -540,10 +540,11 @@ func (s *Session) subCtx(ctx context.Context) (context.Context, func(), error) {
 	return ctx, func() { stop(); cancel() }, nil
 }
 
-// closedDuring is err, or ErrClosed when the session closed during the call.
+// closedDuring is err, also ErrClosed when the session closed during the
+// call (both wrapped: errors.Is finds either).
 func (s *Session) closedDuring(what string, err error) error {
 	if err != nil && s.life.Err() != nil {
-		return fmt.Errorf("rocketmq: %s: the session closed: %w", what, ErrClosed)
+		return fmt.Errorf("rocketmq: %s: the session closed: %w (%w)", what, ErrClosed, err)
 	}
 	return err
 }
