@@ -30,15 +30,10 @@ func Read(s beam.Scope, cfg ReadConfig) beam.PCollection {
 // readRestriction is a reader's place: which shard, and how many times it
 // has checkpointed (a Pop consumer has no offset to resume from; the shared
 // source is where the reading resumes). Done marks a read that ended.
-// Started (Unix ns) is when the read began: StopAfterIdle counts from it or
-// from the source's last message, whichever is later, since a worker's
-// source may have served an earlier job (IdleClose) and carry its last
-// message time.
 type readRestriction struct {
-	Shard   int
-	Epoch   int64
-	Done    bool
-	Started int64
+	Shard int
+	Epoch int64
+	Done  bool
 }
 
 // stopClaim, claimed, ends the restriction: the read is over.
@@ -105,9 +100,7 @@ type readFn struct {
 	Cfg ReadConfig
 }
 
-func (fn *readFn) CreateInitialRestriction(_ []byte) readRestriction {
-	return readRestriction{Started: time.Now().UnixNano()}
-}
+func (fn *readFn) CreateInitialRestriction(_ []byte) readRestriction { return readRestriction{} }
 
 func (fn *readFn) SplitRestriction(_ []byte, r readRestriction) []readRestriction {
 	if r.Epoch != 0 || r.Done {
@@ -115,7 +108,7 @@ func (fn *readFn) SplitRestriction(_ []byte, r readRestriction) []readRestrictio
 	}
 	out := make([]readRestriction, fn.Cfg.Shards)
 	for i := range out {
-		out[i] = readRestriction{Shard: i, Started: r.Started}
+		out[i] = readRestriction{Shard: i}
 	}
 	return out
 }
@@ -137,7 +130,7 @@ func (fn *readFn) CreateTracker(r readRestriction) *sdf.LockRTracker {
 func (fn *readFn) TruncateRestriction(rt *sdf.LockRTracker, _ []byte) readRestriction {
 	r := rt.GetRestriction().(readRestriction)
 	retireKey(sourceKey(fn.Cfg, r.Shard))
-	return readRestriction{Shard: r.Shard, Done: true, Started: r.Started}
+	return readRestriction{Shard: r.Shard, Done: true}
 }
 
 func (fn *readFn) CreateWatermarkEstimator() *lagEstimator {
@@ -165,6 +158,12 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 	// renewing what it fetched, never close, and block the bundle retrying.
 	release := shared.done
 	defer func() { release() }()
+	if r.Epoch == 0 {
+		// The read's first bundle: the worker's source may have served an
+		// earlier read (a job before this one, within IdleClose), whose last
+		// message is not this read's. StopAfterIdle counts from now.
+		shared.lastMessage = time.Now()
+	}
 	// A bundle waits at most MaxBundleTime, also when it finds nothing, so
 	// that the watermark moves on while the topic is quiet (windows close,
 	// and their messages get acked, which lets their lite topics go on).
@@ -215,11 +214,7 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 		shared.lastMessage = time.Now()
 	}
 	messagesRead.Inc(ctx, int64(n))
-	since := shared.lastMessage
-	if started := time.Unix(0, r.Started); r.Started != 0 && started.After(since) {
-		since = started // the source served an earlier read
-	}
-	if n == 0 && fn.Cfg.StopAfterIdle > 0 && time.Since(since) >= fn.Cfg.StopAfterIdle {
+	if n == 0 && fn.Cfg.StopAfterIdle > 0 && time.Since(shared.lastMessage) >= fn.Cfg.StopAfterIdle {
 		rt.TryClaim(stopClaim{})
 		release = shared.retireLocked // the read is over
 		return sdf.StopProcessing(), nil

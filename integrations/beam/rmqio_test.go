@@ -445,35 +445,39 @@ func TestWriteRefusedRecordIsReported(t *testing.T) {
 // TestStopAfterIdleCountsFromTheReadsStart: a read that finds its worker's
 // source kept from an earlier job (IdleClose), whose last message was long
 // ago, does not end at its first empty bundle: StopAfterIdle counts from the
-// read's own start too.
+// read's own start too. A later bundle of the read still ends it once idle.
 func TestStopAfterIdleCountsFromTheReadsStart(t *testing.T) {
 	s := rmqfakeServer(t)
 	closeReaders(t)
 	cfg := ReadConfig{Connection: Connection{Endpoints: s.Addr()}, MainTopic: "rmqflow-beam-a", Group: "rmqflow-beam-a-g",
 		MaxBundleTime: 100 * time.Millisecond, StopAfterIdle: 30 * time.Second}.withDefaults()
-	old, err := acquireSource(t.Context(), cfg, 0)
-	if err != nil {
-		t.Fatal(err)
+	idleFor := func(d time.Duration) {
+		t.Helper()
+		src, err := acquireSource(t.Context(), cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.lastMessage = time.Now().Add(-d)
+		src.done()
 	}
-	old.lastMessage = time.Now().Add(-time.Hour)
-	old.done()
 	fn := &readFn{Cfg: cfg}
 	rest := fn.SplitRestriction(nil, fn.CreateInitialRestriction(nil))[0]
-	if rest.Started == 0 {
-		t.Fatal("the split restriction lost the read's start")
+	bundle := func(r readRestriction) bool {
+		t.Helper()
+		cont, err := fn.ProcessElement(t.Context(), &lagEstimator{}, fn.CreateTracker(r), nil,
+			func(beam.EventTime, AckableMessage) { t.Error("a message from an empty topic") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cont.ShouldResume()
 	}
-	cont, err := fn.ProcessElement(t.Context(), &lagEstimator{}, fn.CreateTracker(rest), nil,
-		func(beam.EventTime, AckableMessage) { t.Error("a message from an empty topic") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !cont.ShouldResume() {
+	idleFor(time.Hour) // an earlier job's source
+	if !bundle(rest) {
 		t.Fatal("a new read ended at its first empty bundle: StopAfterIdle counted from an earlier job's last message")
 	}
-	// The read's own idle time still ends it.
-	rest.Started = time.Now().Add(-time.Minute).UnixNano()
-	if cont, err = fn.ProcessElement(t.Context(), &lagEstimator{}, fn.CreateTracker(rest), nil,
-		func(beam.EventTime, AckableMessage) {}); err != nil || cont.ShouldResume() {
-		t.Fatalf("a read idle for longer than StopAfterIdle: resume %v, %v; want the read to end", cont != nil && cont.ShouldResume(), err)
+	idleFor(time.Hour)
+	rest.Epoch++ // a later bundle of the same read
+	if bundle(rest) {
+		t.Fatal("a read idle for longer than StopAfterIdle did not end")
 	}
 }
