@@ -54,7 +54,7 @@ func TestInterruptedRunNotRecorded(t *testing.T) {
 // backlog (here rmqfake's lite topic quota; on 2026-12-02 the real broker's
 // "create mapped file failed" at 100,000 lite topics ended the whole run),
 // the step's runs are recorded as failed with the reason and drainStep lets
-// the next step go on.
+// the next step go on; with no answer from the broker the run ends instead.
 func TestBacklogRefusedFailsOnlyItsStep(t *testing.T) {
 	fake, err := rmqfake.New(rmqfake.Addr("127.0.0.1:0"), rmqfake.MaxLiteTopics(10))
 	if err != nil {
@@ -91,5 +91,18 @@ func TestBacklogRefusedFailsOnlyItsStep(t *testing.T) {
 		if !strings.Contains(r.Result.Error, "the backlog was not produced") {
 			t.Errorf("%s: error %q, want the backlog's refusal", r.Peer.Name(), r.Result.Error)
 		}
+	}
+
+	// No answer at all (nothing listens): the run ends, nothing recorded,
+	// so that -resume repeats the step once the broker is back.
+	b2 := &bench{cfg: config{out: dir, size: 16}, log: io.Discard, results: f, tgt: &target{endpoint: "127.0.0.1:1"}}
+	s2 := &step{backlog: &backlog{Topic: topic, Mode: "lite", RunID: "r2", Messages: 10, LiteTopics: 1},
+		runs: []*run{{Scenario: scTopics, Peer: peer{Program: "rmqflow", Variant: "loop"}, Mode: "lite", ID: "r2", Topic: topic, Group: "g-loop"}}}
+	done = 0
+	if err := b2.drainStep(context.Background(), s2, &done, 1); err == nil {
+		t.Fatal("drainStep with no broker = nil, want its error")
+	}
+	if n := len(readLines(t, filepath.Join(dir, "results.jsonl"))); n != 2 || len(b2.runs) != 0 {
+		t.Fatalf("with no broker: %d lines in results.jsonl, %d runs kept; want 2 (the earlier ones) and 0", n, len(b2.runs))
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rmqflow/rmqflow/client"
 )
 
 // step is one unit of the plan: a drain batch (several peers reading one
@@ -262,14 +264,17 @@ func (b *bench) drainStep(ctx context.Context, s *step, done *int, total int) er
 			r0.Scenario, bl.Messages, b.cfg.size, bl.Mode, bl.LiteTopics, bl.Topic)
 		rate, err := b.tgt.produceBacklog(ctx, bl.Topic, bl.Mode, bl.RunID, bl.Messages, bl.LiteTopics, b.cfg.size)
 		if err != nil {
-			if ctx.Err() != nil {
-				return err // interrupted: -resume repeats the step
+			var refused *client.StatusError
+			if ctx.Err() != nil || !errors.As(err, &refused) {
+				// Interrupted, or no answer from the broker (a proxy
+				// down): the run ends, and -resume repeats the step.
+				return err
 			}
 			// The broker refused the backlog (2026-12-02: 100,000 lite
 			// topics with vm.max_map_count at 65,530, "create mapped file
-			// failed"): the step's runs fail with the reason and the other
+			// failed"): the step's runs fail with its answer and the other
 			// steps go on, instead of the whole run ending there.
-			fmt.Fprintf(b.log, "harness: [%s] the backlog was not produced (%v): its %d runs are recorded as failed\n", r0.Scenario, err, len(s.runs))
+			fmt.Fprintf(b.log, "harness: [%s] the broker refused the backlog (%v): its %d runs are recorded as failed (delete their lines from results.jsonl for -resume to run them again)\n", r0.Scenario, err, len(s.runs))
 			for _, r := range s.runs {
 				*done++
 				r.Broker = -1
