@@ -24,7 +24,9 @@ func WildcardRejoin(t *testing.T, e *Env) {
 	const s = "v"
 	topic, group := rmqtest.LiteTopic(s), rmqtest.LiteGroup(s)
 	p := e.Producer(t, topic)
-	c := e.Client(t)
+	// No periodic COMPLETE_ADD (every 30 s by default) while the scenario
+	// keeps the client out of its group: only the scenario's own syncs.
+	c := e.ClientWith(t, client.Config{LiteSyncInterval: time.Hour})
 	sess, err := c.OpenSession(rmqtest.Context(t, 10*time.Second), client.SessionConfig{
 		Type: client.LiteSimpleConsumer, Group: group, Subscriptions: []client.Subscription{{Topic: topic}}, LiteWildcard: true,
 	})
