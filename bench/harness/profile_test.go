@@ -23,6 +23,7 @@ Showing nodes accounting for 10s, 100% of 10s total
      400ms  4.00% 94.00%      2s 20.00%  runtime.mallocgc
      300ms  3.00% 97.00%      300ms  3.00%  sync/atomic.(*Pointer[google.golang.org/grpc/internal/transport.x]).Load
      300ms  3.00%   100%      4s 40.00%  runtime.gcBgMarkWorker
+         0     0%   100%      2s 20.00%  github.com/rmqflow/rmqflow/rmqfake_test.benchmarkPipeline.func2
 `
 
 // TestProfileShares: the CPU of a profile is grouped by the package of the
