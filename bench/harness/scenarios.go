@@ -265,9 +265,10 @@ func (b *bench) drainStep(ctx context.Context, s *step, done *int, total int) er
 		rate, err := b.tgt.produceBacklog(ctx, bl.Topic, bl.Mode, bl.RunID, bl.Messages, bl.LiteTopics, b.cfg.size)
 		if err != nil {
 			var refused *client.StatusError
-			if ctx.Err() != nil || !errors.As(err, &refused) {
-				// Interrupted, or no answer from the broker (a proxy
-				// down): the run ends, and -resume repeats the step.
+			if ctx.Err() != nil || !errors.As(err, &refused) || client.IsRetriable(err) {
+				// Interrupted, no answer from the broker (a proxy down) or
+				// one that may pass (throttled, a timeout): the run ends,
+				// and -resume repeats the step.
 				return err
 			}
 			// The broker refused the backlog (2026-12-02: 100,000 lite

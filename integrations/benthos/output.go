@@ -67,9 +67,10 @@ type output struct {
 // done; others do not (a topic whose route is slow to come stalls only its
 // own messages).
 type openSink struct {
-	done chan struct{}
-	s    *rmqflow.Sink
-	err  error
+	done   chan struct{}
+	s      *rmqflow.Sink
+	err    error
+	gaveUp bool // the opener's context ended: a waiter opens it itself
 }
 
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
@@ -144,7 +145,7 @@ func (o *output) sink(ctx context.Context, topic string) (*rmqflow.Sink, error) 
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		if e.err != nil && ctx.Err() == nil && (errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded)) {
+		if e.err != nil && e.gaveUp && ctx.Err() == nil {
 			continue // the opener gave up, not this caller
 		}
 		return e.s, e.err
@@ -163,6 +164,7 @@ func (o *output) sink(ctx context.Context, topic string) (*rmqflow.Sink, error) 
 		e.err = service.ErrNotConnected
 	} else {
 		e.s, e.err = s, err
+		e.gaveUp = err != nil && ctx.Err() != nil
 	}
 	o.mu.Unlock()
 	if overtaken {
@@ -264,15 +266,24 @@ func (o *output) Close(ctx context.Context) error {
 	o.sinks, o.closed = map[string]*openSink{}, true
 	o.mu.Unlock()
 	var errs []error
+	var opening []*openSink
 	for _, e := range entries {
-		// A sink still opening is closed by its opener, which sees closed.
+		select {
+		case <-e.done:
+			if e.s != nil {
+				errs = append(errs, e.s.Close(ctx))
+			}
+		default:
+			opening = append(opening, e)
+		}
+	}
+	// A sink still opening is closed by its opener, which sees closed;
+	// Close waits for that while its ctx lasts.
+	for _, e := range opening {
 		select {
 		case <-e.done:
 		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if e.s != nil {
-			errs = append(errs, e.s.Close(ctx))
+			return errors.Join(append(errs, ctx.Err())...)
 		}
 	}
 	return errors.Join(errs...)

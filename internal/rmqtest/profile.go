@@ -3,6 +3,7 @@ package rmqtest
 import (
 	"os"
 	"runtime/pprof"
+	"sync"
 	"testing"
 )
 
@@ -30,10 +31,15 @@ func TimedCPUProfile(tb testing.TB) (stop func()) {
 		f.Close()
 		tb.Fatalf("CPU profile: %v", err)
 	}
-	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			tb.Error(err)
-		}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				tb.Error(err)
+			}
+		})
 	}
+	tb.Cleanup(stop) // also when the benchmark fails before its stop
+	return stop
 }
