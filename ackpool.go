@@ -20,6 +20,10 @@ const (
 	DefaultAckLinger      = time.Duration(0) // no linger: batches form while MaxInFlight RPCs are out
 	DefaultAckMaxAttempts = 3
 	DefaultAckMaxInFlight = 4
+	// MaxAckMaxBatch and MaxAckMaxInFlight bound AckPoolConfig's MaxBatch
+	// and MaxInFlight: a pool queues MaxBatch×4 acks per group and topic.
+	MaxAckMaxBatch    = 1024
+	MaxAckMaxInFlight = 256
 )
 
 // CredentialsResolver returns the credentials for an access point a handle
@@ -39,17 +43,23 @@ type AckPoolConfig struct {
 	// cannot be compared, so the name stands for it — give each tenant (each
 	// set of credentials) its own name.
 	Name string
-	// Credentials resolves credentials per endpoint; nil means
-	// Connection.Credentials for all. Requires Name.
+	// Credentials resolves credentials per access point: it is called with
+	// the AllowedEndpoints entry (or Connection.Endpoints), as configured,
+	// that a handle's endpoints belong to. Nil means Connection.Credentials
+	// for all. Requires Name.
 	Credentials CredentialsResolver
 	// AllowedEndpoints lists the access points ("host:port" or
-	// "host:port;host:port" each) the pool acks to, for a pool that serves
-	// several clusters. Empty means Connection.Endpoints alone. One of the two
-	// must be set. A handle naming any other address fails with
+	// "host:port;host:port" each, one per cluster) the pool acks to, for a
+	// pool that serves several clusters. Empty means Connection.Endpoints
+	// alone. One of the two must be set. A handle naming any other address
+	// (or, with a Credentials resolver, addresses of two entries) fails with
 	// ErrEndpointNotAllowed, before any RPC and without creating a client: a
-	// pool never signs a request for a host it was not configured for.
+	// pool never signs a request for a host it was not configured for, nor
+	// with another entry's credentials. With a resolver, no address may be
+	// in two entries (an *OptionError).
 	AllowedEndpoints []string
-	// MaxBatch caps the entries of one AckMessage RPC. Default 64.
+	// MaxBatch caps the entries of one AckMessage RPC. Default 64, at most
+	// MaxAckMaxBatch.
 	MaxBatch int
 	// Linger is how long an ack waits for others to share its RPC even
 	// when an RPC slot is free. Default 0: an ack leaves at once while
@@ -62,7 +72,7 @@ type AckPoolConfig struct {
 	// retriable error (throttling, timeouts, transport). Default 3.
 	MaxAttempts int
 	// MaxInFlight caps the AckMessage RPCs of one group and topic on the
-	// wire at once. Default 4. While all are out, the next batch fills in
+	// wire at once. Default 4, at most MaxAckMaxInFlight. While all are out, the next batch fills in
 	// the queue and leaves when one is answered; every ack still gets its
 	// own entry's result, in whatever order the RPCs complete.
 	MaxInFlight int
@@ -98,24 +108,33 @@ func (c AckPoolConfig) Validate() error {
 
 func (c AckPoolConfig) validate() error {
 	switch {
-	case c.MaxBatch < 0:
-		return optionError("MaxBatch", "must not be negative")
+	case c.MaxBatch < 0 || c.MaxBatch > MaxAckMaxBatch:
+		return optionError("MaxBatch", fmt.Sprintf("must be 0 (default) to %d", MaxAckMaxBatch))
 	case c.Linger < 0:
 		return optionError("Linger", "must not be negative")
 	case c.MaxAttempts < 0:
 		return optionError("MaxAttempts", "must not be negative")
-	case c.MaxInFlight < 0:
-		return optionError("MaxInFlight", "must not be negative")
+	case c.MaxInFlight < 0 || c.MaxInFlight > MaxAckMaxInFlight:
+		return optionError("MaxInFlight", fmt.Sprintf("must be 0 (default) to %d", MaxAckMaxInFlight))
 	case c.RequestTimeout < 0:
 		return optionError("RequestTimeout", "must not be negative")
+	case c.Connection.Credentials.AccessKey == "" && c.Connection.Credentials.AccessSecret != "":
+		return optionError("Credentials", "AccessSecret is set but AccessKey is empty")
 	case c.Credentials != nil && strings.TrimSpace(c.Name) == "":
 		return optionError("Name", "required when Credentials is set: it tells pools with different credentials apart")
 	}
 	return nil
 }
 
-// allowed returns the addresses the pool acks to, sorted and deduplicated.
-func (c AckPoolConfig) allowed() ([]string, error) {
+// allowEntry is one access point a pool acks to (an AllowedEndpoints entry,
+// or Connection.Endpoints): one cluster.
+type allowEntry struct {
+	raw   string          // as configured (trimmed): what a CredentialsResolver is asked for
+	addrs map[string]bool // its addresses, in Address.String form
+}
+
+// allowed returns the access points the pool acks to.
+func (c AckPoolConfig) allowed() ([]allowEntry, error) {
 	lists := c.AllowedEndpoints
 	if len(lists) == 0 {
 		if c.Endpoints == "" {
@@ -123,18 +142,38 @@ func (c AckPoolConfig) allowed() ([]string, error) {
 		}
 		lists = []string{c.Endpoints}
 	}
-	var out []string
+	out := make([]allowEntry, 0, len(lists))
+	owner := map[string]string{} // address -> the entry that has it
 	for _, l := range lists {
 		eps, err := client.ParseEndpoints(l)
 		if err != nil {
 			return nil, optionError("AllowedEndpoints", err.Error())
 		}
+		e := allowEntry{raw: strings.TrimSpace(l), addrs: map[string]bool{}}
 		for _, a := range eps {
-			out = append(out, a.String())
+			addr := a.String()
+			// With a resolver an address's entry decides its credentials:
+			// in two entries, it would get whichever came first.
+			if o, ok := owner[addr]; ok && o != e.raw && c.Credentials != nil {
+				return nil, optionError("AllowedEndpoints", fmt.Sprintf("%s is in two entries (%q and %q): with a Credentials resolver each address must belong to one entry, whose credentials it is acked with", addr, o, e.raw))
+			}
+			owner[addr] = e.raw
+			e.addrs[addr] = true
 		}
+		out = append(out, e)
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, nil
+}
+
+// allowKey renders entries for a pool's key.
+func allowKey(entries []allowEntry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		addrs := slices.Sorted(maps.Keys(e.addrs))
+		parts[i] = e.raw + "=" + strings.Join(addrs, ";")
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "|")
 }
 
 var (
@@ -189,11 +228,11 @@ type AckPool struct {
 type ackPool struct {
 	key     string
 	cfg     AckPoolConfig
-	allowed map[string]bool
+	allowed []allowEntry
 	// allowedSeen holds endpoint strings found allowed (up to
 	// maxAllowedSeen), so that allow parses each only once; copied on
 	// write under mu.
-	allowedSeen atomic.Pointer[map[string]bool]
+	allowedSeen atomic.Pointer[map[string]allowedAs]
 	metrics     *metrics
 	stats       poolStats
 	// rpcCtx bounds the ack RPCs; a Release whose ctx ends cancels it.
@@ -228,9 +267,10 @@ func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
 	}
 	cfg = cfg.withDefaults()
 	// The key covers what changes the wire: the name (standing for the
-	// resolver), the connection (secret as a digest), the TLS config's
-	// identity (two *tls.Config values are never merged), and the allowlist.
-	key := fmt.Sprintf("%q|%s|%p|%q|%d|%v|%d|%d", cfg.Name, cfg.Connection.key(), cfg.TLS, allowed,
+	// resolver) and whether there is one, the connection (secret and token
+	// as a digest), the TLS config's identity (two *tls.Config values are
+	// never merged), and the allowlist.
+	key := fmt.Sprintf("%q|%t|%s|%p|%q|%d|%v|%d|%d", cfg.Name, cfg.Credentials != nil, cfg.Connection.key(), cfg.TLS, allowKey(allowed),
 		cfg.MaxBatch, cfg.Linger, cfg.MaxAttempts, cfg.MaxInFlight)
 	poolsMu.Lock()
 	defer poolsMu.Unlock()
@@ -240,11 +280,8 @@ func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
 		p.mu.Unlock()
 		return &AckPool{s: p, metrics: p.metrics}, nil
 	}
-	p := &ackPool{key: key, cfg: cfg, refs: 1, metrics: newMetrics(cfg.Meter), allowed: map[string]bool{},
+	p := &ackPool{key: key, cfg: cfg, refs: 1, metrics: newMetrics(cfg.Meter), allowed: allowed,
 		clients: map[string]*ackClient{}, batchers: map[batchKey]*batcher{}, tables: map[*leaseTable]struct{}{}}
-	for _, a := range allowed {
-		p.allowed[a] = true
-	}
 	p.rpcCtx, p.cancelRPC = context.WithCancel(context.Background())
 	pools[key] = p
 	return &AckPool{s: p, metrics: p.metrics}, nil
@@ -437,21 +474,55 @@ func (p *ackPool) check(h ReceiptHandle) error {
 	if err := h.Validate(); err != nil {
 		return err
 	}
-	return p.allow(h.Endpoints)
+	_, err := p.allow(h.Endpoints)
+	return err
 }
 
-func (p *ackPool) allow(endpoints string) error {
-	if seen := p.allowedSeen.Load(); seen != nil && (*seen)[endpoints] {
-		return nil
+// allowedAs is what a handle's endpoints string stands for in a pool.
+type allowedAs struct {
+	entry string // the access point (allowEntry.raw) all its addresses belong to
+	canon string // its addresses, normalised, sorted and deduplicated: the client's key
+}
+
+// allow finds the one access point the pool was configured with that has
+// every address of endpoints (a handle's): a handle naming addresses of two
+// clusters is refused, since one set of credentials would reach both.
+func (p *ackPool) allow(endpoints string) (allowedAs, error) {
+	if seen := p.allowedSeen.Load(); seen != nil {
+		if as, ok := (*seen)[endpoints]; ok {
+			return as, nil
+		}
 	}
 	eps, err := client.ParseEndpoints(endpoints)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadHandle, err)
+		return allowedAs{}, fmt.Errorf("%w: %v", ErrBadHandle, err)
 	}
-	for _, a := range eps {
-		if !p.allowed[a.String()] {
-			return fmt.Errorf("%w: %s", ErrEndpointNotAllowed, a)
+	addrs := make([]string, len(eps))
+	for i, a := range eps {
+		addrs[i] = a.String()
+	}
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	var as allowedAs
+	for _, e := range p.allowed {
+		if !slices.ContainsFunc(addrs, func(a string) bool { return !e.addrs[a] }) {
+			as = allowedAs{entry: e.raw, canon: strings.Join(addrs, ";")}
+			break
 		}
+	}
+	if as.entry == "" {
+		for _, a := range addrs {
+			if !slices.ContainsFunc(p.allowed, func(e allowEntry) bool { return e.addrs[a] }) {
+				return allowedAs{}, fmt.Errorf("%w: %s", ErrEndpointNotAllowed, a)
+			}
+		}
+		if p.cfg.Credentials != nil {
+			// Each entry has credentials of its own: none may reach another's
+			// addresses.
+			return allowedAs{}, fmt.Errorf("%w: %s names addresses of more than one configured access point", ErrEndpointNotAllowed, endpoints)
+		}
+		// One identity for every entry: the addresses may mix.
+		as = allowedAs{canon: strings.Join(addrs, ";")}
 	}
 	// Remember the string: every handle of a source carries the same one,
 	// and parsing it for each ack took 4 of the 6 allocations of the
@@ -461,14 +532,14 @@ func (p *ackPool) allow(endpoints string) error {
 	defer p.mu.Unlock()
 	old := p.allowedSeen.Load()
 	if old == nil || len(*old) < maxAllowedSeen {
-		seen := make(map[string]bool, 1)
+		seen := make(map[string]allowedAs, 1)
 		if old != nil {
 			seen = maps.Clone(*old)
 		}
-		seen[endpoints] = true
+		seen[endpoints] = as
 		p.allowedSeen.Store(&seen)
 	}
-	return nil
+	return as, nil
 }
 
 // maxAllowedSeen bounds the endpoint strings a pool remembers as allowed.
@@ -621,11 +692,15 @@ func (a *ackClient) ensureSession(ctx context.Context, topic string) error {
 	return nil
 }
 
+// client returns the client for a handle's endpoints and namespace: one per
+// normalised set of addresses (so spellings of one address share it) and
+// namespace, with the credentials of the access point they belong to.
 func (p *ackPool) client(endpoints, namespace string) (*ackClient, error) {
-	if err := p.allow(endpoints); err != nil {
+	as, err := p.allow(endpoints)
+	if err != nil {
 		return nil, err
 	}
-	k := endpoints + "|" + namespace
+	k := as.canon + "|" + namespace
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -635,11 +710,11 @@ func (p *ackPool) client(endpoints, namespace string) (*ackClient, error) {
 		return c, nil
 	}
 	cc := p.cfg.clientConfig()
-	cc.Endpoints, cc.Namespace = endpoints, namespace
+	cc.Endpoints, cc.Namespace = as.canon, namespace
 	if p.cfg.Credentials != nil {
-		cr, err := p.cfg.Credentials(endpoints)
+		cr, err := p.cfg.Credentials(as.entry)
 		if err != nil {
-			return nil, fmt.Errorf("rmqflow: credentials for %s: %w", endpoints, err)
+			return nil, fmt.Errorf("rmqflow: credentials for %s: %w", as.entry, err)
 		}
 		cc.Credentials = cr
 	}
@@ -655,7 +730,11 @@ func (p *ackPool) client(endpoints, namespace string) (*ackClient, error) {
 type batchKey struct{ endpoints, namespace, group, topic string }
 
 func (p *ackPool) batcher(h ReceiptHandle) (*batcher, error) {
-	k := batchKey{h.Endpoints, h.Namespace, h.Group, h.Topic}
+	as, err := p.allow(h.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	k := batchKey{as.canon, h.Namespace, h.Group, h.Topic}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

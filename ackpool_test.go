@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -578,11 +580,11 @@ func TestAckPoolAllowRemembersOnlyAllowed(t *testing.T) {
 	defer pool.Release(context.Background())
 	p := pool.s
 	for range 2 { // the second round answers from what the first remembered
-		if err := p.allow("127.0.0.1:7001"); err != nil {
+		if _, err := p.allow("127.0.0.1:7001"); err != nil {
 			t.Fatalf("allowed endpoint: %v", err)
 		}
 		for _, bad := range []string{"127.0.0.1:7002", "127.0.0.1:7001;127.0.0.1:7002", "no-port"} {
-			if err := p.allow(bad); err == nil {
+			if _, err := p.allow(bad); err == nil {
 				t.Errorf("%q allowed", bad)
 			}
 		}
@@ -606,7 +608,7 @@ func TestAckPoolAllowRemembersOnlyAllowed(t *testing.T) {
 	// maxAllowedSeen remembered.
 	for i := range 3 * maxAllowedSeen {
 		s := "127.0.0.1:7001" + strings.Repeat(";127.0.0.1:7001", i+1)
-		if err := p.allow(s); err != nil {
+		if _, err := p.allow(s); err != nil {
 			t.Fatalf("%q: %v", s, err)
 		}
 	}
@@ -631,4 +633,144 @@ func BenchmarkAckPoolCheck(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestAckPoolKeySeparatesCredentials: pools are shared only by equal
+// identities. Two configurations differing only in the security token, or
+// only in having a credentials resolver, got one pool, whose acks then went
+// out with the first holder's token (or the other's credentials).
+func TestAckPoolKeySeparatesCredentials(t *testing.T) {
+	base := func() AckPoolConfig {
+		return AckPoolConfig{Name: "t", Connection: Connection{Endpoints: "127.0.0.1:7001",
+			Credentials: client.Credentials{AccessKey: "ak", AccessSecret: "sk", SecurityToken: "t1"}}}
+	}
+	acquire := func(c AckPoolConfig) *ackPool {
+		t.Helper()
+		p, err := AcquireAckPool(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Release(context.Background()) })
+		return p.s
+	}
+	same := acquire(base())
+	if acquire(base()) != same {
+		t.Fatal("two equal configurations got two pools")
+	}
+	token := base()
+	token.Connection.Credentials.SecurityToken = "t2"
+	if acquire(token) == same {
+		t.Error("a different security token shares the pool")
+	}
+	resolver := base()
+	resolver.Credentials = func(string) (client.Credentials, error) { return client.Credentials{}, nil }
+	if acquire(resolver) == same {
+		t.Error("a pool with a credentials resolver shares the pool of one without")
+	}
+	if strings.Contains(same.key, "sk") || strings.Contains(same.key, "t1") {
+		t.Errorf("the pool key holds a secret: %q", same.key)
+	}
+}
+
+// TestAckPoolHandleSpanningTwoClustersRefused: a pool configured for two
+// clusters refuses a handle naming an address of each (one set of
+// credentials would reach both), and asks its resolver for the access point
+// as configured, whatever the handle's spelling.
+func TestAckPoolHandleSpanningTwoClustersRefused(t *testing.T) {
+	var asked []string
+	var mu sync.Mutex
+	pool, err := AcquireAckPool(AckPoolConfig{Name: "two", AllowedEndpoints: []string{"127.0.0.1:7001", " 127.0.0.1:7002;127.0.0.1:7003"},
+		Credentials: func(ep string) (client.Credentials, error) {
+			mu.Lock()
+			asked = append(asked, ep)
+			mu.Unlock()
+			return client.Credentials{AccessKey: "ak-" + ep, AccessSecret: "s"}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	p := pool.s
+	if _, err := p.client("127.0.0.1:7001;127.0.0.1:7002", ""); !errors.Is(err, ErrEndpointNotAllowed) {
+		t.Fatalf("a handle naming both clusters: %v, want ErrEndpointNotAllowed", err)
+	}
+	if _, err := p.client("127.0.0.1:7003;127.0.0.1:07002", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client("127.0.0.1:7001", ""); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"127.0.0.1:7002;127.0.0.1:7003", "127.0.0.1:7001"}; !slices.Equal(asked, want) {
+		t.Fatalf("the resolver was asked for %q, want %q", asked, want)
+	}
+}
+
+// TestAckPoolNormalisesHandleEndpoints: spellings of one address in handles
+// (a leading zero in the port, repeats, order, spaces) share one client and
+// one batcher: handles from outside cannot make a pool open a connection
+// per spelling.
+func TestAckPoolNormalisesHandleEndpoints(t *testing.T) {
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: "127.0.0.1:7001;127.0.0.1:7002"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	p := pool.s
+	for _, ep := range []string{"127.0.0.1:7001;127.0.0.1:7002", "127.0.0.1:7002;127.0.0.1:7001", "127.0.0.1:07001;127.0.0.1:007002",
+		" 127.0.0.1:7001 ; 127.0.0.1:7002;127.0.0.1:7001"} {
+		if _, err := p.client(ep, ""); err != nil {
+			t.Fatalf("%q: %v", ep, err)
+		}
+		h := ReceiptHandle{Endpoints: ep, Group: "g", Topic: "t", MessageID: "m", Handle: "h"}
+		if _, err := p.batcher(h); err != nil {
+			t.Fatalf("%q: %v", ep, err)
+		}
+	}
+	p.mu.Lock()
+	clients, batchers := len(p.clients), len(p.batchers)
+	p.mu.Unlock()
+	if clients != 1 || batchers != 1 {
+		t.Fatalf("%d clients and %d batchers for one address set, want 1 and 1", clients, batchers)
+	}
+}
+
+// TestAckPoolWithoutResolverMixesEntries: without a resolver every entry has
+// the connection's one identity, so a handle may name addresses of several
+// entries (a source's Endpoints "a;b" against entries "a" and "b").
+func TestAckPoolWithoutResolverMixesEntries(t *testing.T) {
+	pool, err := AcquireAckPool(AckPoolConfig{AllowedEndpoints: []string{"127.0.0.1:7001", "127.0.0.1:7002"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Release(context.Background())
+	if _, err := pool.s.client("127.0.0.1:7001;127.0.0.1:7002", ""); err != nil {
+		t.Fatalf("a handle naming both entries: %v", err)
+	}
+	if _, err := pool.s.client("127.0.0.1:7001;127.0.0.1:7003", ""); !errors.Is(err, ErrEndpointNotAllowed) {
+		t.Fatalf("a handle naming an address of no entry: %v, want ErrEndpointNotAllowed", err)
+	}
+}
+
+// TestAckPoolOverlappingEntriesWithResolverRefused: with a Credentials
+// resolver an address in two AllowedEndpoints entries is refused up front
+// (its handles would be acked with whichever entry's credentials came
+// first); without a resolver every entry has one identity and overlap is
+// harmless.
+func TestAckPoolOverlappingEntriesWithResolverRefused(t *testing.T) {
+	resolver := func(string) (client.Credentials, error) { return client.Credentials{AccessKey: "ak", AccessSecret: "s"}, nil }
+	cfg := AckPoolConfig{Name: "overlap", Credentials: resolver, AllowedEndpoints: []string{"127.0.0.1:7001;127.0.0.1:7002", "127.0.0.1:07002"}}
+	var oe *OptionError
+	if err := cfg.Validate(); !errors.As(err, &oe) || oe.Option != "AllowedEndpoints" || !strings.Contains(err.Error(), "127.0.0.1:7002") {
+		t.Fatalf("Validate with an address in two entries and a resolver: %v, want an *OptionError on AllowedEndpoints naming the address", err)
+	}
+	if p, err := AcquireAckPool(cfg); err == nil {
+		p.Release(context.Background())
+		t.Fatal("AcquireAckPool accepted an address in two entries with a resolver")
+	}
+	cfg.Credentials, cfg.Name = nil, ""
+	p, err := AcquireAckPool(cfg)
+	if err != nil {
+		t.Fatalf("without a resolver: %v", err)
+	}
+	p.Release(context.Background())
 }

@@ -29,6 +29,19 @@ const (
 	AttrPrefix = "rocketmq_"
 )
 
+// IsAttribute reports whether name is one of the Attr* names above (not
+// any name with AttrPrefix): an integration that puts user properties and
+// Attributes into one metadata map drops a user property of such a name, so
+// that a producer cannot make a message pass for, say, a dead-lettered one.
+func IsAttribute(name string) bool {
+	switch name {
+	case AttrTopic, AttrLiteTopic, AttrMessageID, AttrTag, AttrKeys, AttrMessageGroup, AttrDeliveryAttempt,
+		AttrBornTime, AttrStoreTime, AttrBornHost, AttrDeadLettered, AttrHandle:
+		return true
+	}
+	return false
+}
+
 // Attributes returns the delivery's metadata under the Attr* names: topic,
 // message id and delivery attempt always; lite topic, tag, keys, message
 // group, born host, born and store time when set; dead_lettered "true" for a

@@ -3,6 +3,7 @@ package rmqflow_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"reflect"
 	"strings"
@@ -101,8 +102,15 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		"Concurrency": func(c *rmqflow.SinkConfig) { c.Concurrency = -1 },
 		"BatchSize":   func(c *rmqflow.SinkConfig) { c.BatchSize = -1 },
 		"Linger":      func(c *rmqflow.SinkConfig) { c.Linger = -time.Second },
+		// Sizes that overflowed the queue's allocation (a panic in NewSink)
+		// and a secret without its key (refused by the client, after
+		// Validate had passed it).
+		"Concurrency ": func(c *rmqflow.SinkConfig) { c.Concurrency = math.MaxInt },
+		"BatchSize ":   func(c *rmqflow.SinkConfig) { c.BatchSize = math.MaxInt },
+		"Credentials":  func(c *rmqflow.SinkConfig) { c.Credentials.AccessSecret = "s" },
 	}
 	for option, set := range sink {
+		option := strings.TrimSpace(option)
 		c := rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"}, Topic: "t"}
 		set(&c)
 		s, err := rmqflow.NewSink(context.Background(), c) // refused before it dials
@@ -138,12 +146,16 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		check("ThrottleConfig.Validate "+option, option, c.Validate())
 	}
 	pool := map[string]func(*rmqflow.AckPoolConfig){
-		"MaxBatch":    func(c *rmqflow.AckPoolConfig) { c.MaxBatch = -1 },
-		"Linger":      func(c *rmqflow.AckPoolConfig) { c.Linger = -time.Second },
-		"MaxAttempts": func(c *rmqflow.AckPoolConfig) { c.MaxAttempts = -1 },
-		"MaxInFlight": func(c *rmqflow.AckPoolConfig) { c.MaxInFlight = -1 },
+		"MaxBatch":     func(c *rmqflow.AckPoolConfig) { c.MaxBatch = -1 },
+		"Linger":       func(c *rmqflow.AckPoolConfig) { c.Linger = -time.Second },
+		"MaxAttempts":  func(c *rmqflow.AckPoolConfig) { c.MaxAttempts = -1 },
+		"MaxInFlight":  func(c *rmqflow.AckPoolConfig) { c.MaxInFlight = -1 },
+		"MaxBatch ":    func(c *rmqflow.AckPoolConfig) { c.MaxBatch = math.MaxInt }, // panicked in the first Ack
+		"MaxInFlight ": func(c *rmqflow.AckPoolConfig) { c.MaxInFlight = math.MaxInt },
+		"Credentials":  func(c *rmqflow.AckPoolConfig) { c.Credentials = nil; c.Connection.Credentials.AccessSecret = "s" },
 	}
 	for option, set := range pool {
+		option := strings.TrimSpace(option)
 		c := rmqflow.AckPoolConfig{Connection: rmqflow.Connection{Endpoints: "127.0.0.1:1"}}
 		set(&c)
 		p, err := rmqflow.AcquireAckPool(c)

@@ -65,17 +65,22 @@ func (c Connection) logger() *slog.Logger {
 	return c.Logger
 }
 
-// key identifies a connection configuration without holding its secret: the
-// secret enters only as a SHA-256 digest.
+// key identifies a connection configuration without holding its secrets:
+// the access secret and the security token enter only as a SHA-256 digest.
 func (c Connection) key() string {
-	secret := sha256.Sum256([]byte(c.Credentials.AccessSecret))
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s%d:%s", len(c.Credentials.AccessSecret), c.Credentials.AccessSecret,
+		len(c.Credentials.SecurityToken), c.Credentials.SecurityToken)
 	return fmt.Sprintf("%s|%s|%s|%s|%t|%v", c.Endpoints, c.Namespace, c.Credentials.AccessKey,
-		hex.EncodeToString(secret[:8]), c.TLS != nil, c.RequestTimeout)
+		hex.EncodeToString(h.Sum(nil)[:16]), c.TLS != nil, c.RequestTimeout)
 }
 
 func (c Connection) validate() error {
 	if _, err := client.ParseEndpoints(c.Endpoints); err != nil {
 		return optionError("Endpoints", err.Error())
+	}
+	if c.Credentials.AccessKey == "" && c.Credentials.AccessSecret != "" {
+		return optionError("Credentials", "AccessSecret is set but AccessKey is empty")
 	}
 	if c.RequestTimeout < 0 {
 		return optionError("RequestTimeout", "must not be negative")

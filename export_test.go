@@ -7,3 +7,11 @@ import "time"
 func SetSourceClock[T any](s *Source[T], now func() time.Time, afterFunc func(time.Duration, func()) (stop func() bool)) {
 	s.clk = clock{now: now, afterFunc: afterFunc}
 }
+
+// SetSinkFlushHook makes s call sealed each time a Flush has taken its
+// snapshot: records written after sealed was called are not waited for.
+func SetSinkFlushHook(s *Sink, sealed func()) {
+	s.mu.Lock()
+	s.flushSealed = sealed
+	s.mu.Unlock()
+}

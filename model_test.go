@@ -23,8 +23,9 @@ import (
 // over rmqfake on a manual clock, with random lite topics, random handler
 // outcomes (ack, defer by any duration including zero and negative, release,
 // leave, error, panic, the zero Decision, a handler that acks by itself,
-// slow handlers), random ack and deferral faults and random broker
-// restarts, and checks after every run:
+// slow handlers), PipelineAcks on or off, random ack and deferral faults
+// (acks failing before they are handled, and after: an answer lost) and
+// random broker restarts, and checks after every run:
 //
 //   - a lite topic's messages never run two at once, and a message starts
 //     only once every earlier message of its lite topic was decided (acked
@@ -218,6 +219,7 @@ func runModel(t *testing.T, seed uint64) (modelResult, error) {
 	if rng.IntN(3) == 0 {
 		cfg.OnError = rmqflow.ErrorLeave
 	}
+	cfg.PipelineAcks = rng.IntN(2) == 0
 	runner, err := rmqflow.NewRunner(src, st.handler(src), cfg)
 	if err != nil {
 		return res, err
@@ -306,7 +308,9 @@ func runModel(t *testing.T, seed uint64) (modelResult, error) {
 				fake.Restart()
 				res.restarts++
 			case !faultsOn && roll(3) == 0:
-				fake.SetFault("AckMessage", rmqfake.Fault{ErrorRate: 0.2})
+				// Some acks fail before they are handled, some after: the
+				// broker acked, the runner sees an error (an answer lost).
+				fake.SetFault("AckMessage", rmqfake.Fault{ErrorRate: 0.2, LostAnswerRate: 0.1})
 				fake.SetFault("ChangeInvisibleDuration", rmqfake.Fault{ErrorRate: 0.2})
 				faultsOn = true
 				res.injected++

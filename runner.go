@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,8 +203,10 @@ type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause
 // handle, or sent with its outcome unknown) counts as a message that ended
 // without an ack: it is expected back, and the lite topic's later messages
 // are held back behind it as above. If the ack did take effect after all
-// (outcome unknown), the message never comes back and the lite topic goes on
-// after InvisibleDuration. Messages waiting for their ack count toward
+// (outcome unknown, or its answer lost), the message never comes back: the
+// lite topic goes on with the first of its messages the broker hands out
+// after the failure, since the broker would have handed out the failed one
+// first (TestRunnerAckAppliedButReportedFailed). Messages waiting for their ack count toward
 // RunnerConfig.MaxHeld, and shutdown waits for them (within
 // ShutdownTimeout).
 //
@@ -271,7 +274,7 @@ func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T
 	}
 	v := newValves(cfg.ErrorValves, time.Now)
 	v.groupMax = src.groupMaxAttempts
-	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), now: time.Now}, nil
+	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), now: func() time.Time { return src.clk.now() }}, nil
 }
 
 // ErrorBackoffFor is the deferral ErrorDefer applies at a delivery attempt.
@@ -529,10 +532,20 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 		if b := st.block; b != nil {
 			now := d.r.now()
 			switch {
-			case m.Meta.MessageID == b.head:
-				st.block = nil // the head is back
-			case now.After(b.expire) && m.Meta.ReceivedAt.After(b.since):
-				st.block = nil // the head will not be back; m came after it
+			case m.Meta.MessageID == b.head && m.Meta.ReceivedAt.After(b.since):
+				st.block = nil // the head is back (not a copy received before it failed)
+			case m.Meta.ReceivedAt.After(b.since) && d.ordered(k, m):
+				// m was received after the head ended unacked, and the head
+				// did not come before it: the broker hands a lite topic (a
+				// FIFO group's message group) out in order from its first
+				// unacked message,
+				// so the head is done there: its ack took effect after all
+				// (a failure with the outcome unknown or the answer lost),
+				// it was dead-lettered, or it came back and ran before this
+				// block was set (a late failure under PipelineAcks).
+				// Holding m back would only return it again and again, each
+				// return a delivery attempt, until the broker dead-letters it.
+				st.block = nil
 			case now.After(b.expire):
 				// m was received before the head failed: on the broker it
 				// is behind the head, which was never acked here. Never
@@ -572,6 +585,14 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 	}
 }
 
+// ordered reports whether the broker hands key k (m's) out in order from
+// its first unacked message: a lite topic always; a message group only on a
+// FIFO group (on another group its messages come in any order, and the
+// runner's hold-back is all that orders them).
+func (d *dispatcher[T]) ordered(k string, m *AckableMessage[T]) bool {
+	return strings.HasPrefix(k, "l:") || d.r.src.fifoGroup(m.Handle.Group)
+}
+
 // blockLocked holds st back behind m, which ended unacked and is due back at
 // until. It takes d.mu.
 func (d *dispatcher[T]) blockLocked(st *keyState[T], m *AckableMessage[T], seq uint64, until time.Time) {
@@ -597,7 +618,8 @@ func (d *dispatcher[T]) setBlock(st *keyState[T], m *AckableMessage[T], seq uint
 // it must not block. A failed ack blocks the key behind m exactly as a
 // message that ended unacked does: m comes back (unless the ack took effect
 // after all, an outcome-unknown failure), and the key's later messages are
-// held back until it has, or until its invisibility has passed.
+// held back until it has, or until a later one arrives first (m is done on
+// the broker), or until its invisibility has passed.
 func (d *dispatcher[T]) acked(k string, st *keyState[T], m *AckableMessage[T], seq uint64, err error) {
 	if err != nil {
 		d.r.src.log.Warn("rmqflow: runner could not ack a message; it will be delivered again, and its lite topic waits for it",
@@ -746,12 +768,25 @@ func (d *dispatcher[T]) call(ctx context.Context, m *AckableMessage[T]) (dec Dec
 	return d.r.handle(ctx, m)
 }
 
+// valveFired reports which safety valve fires for m, or "". None fires while
+// Run shuts down: what a handler gives back then (a Release or an error as
+// its context is cancelled, as the integrations do when they close) was not
+// worked, and dead-lettering it would drop it unprocessed; it comes back, and
+// the valves judge it on its next delivery (a real failure while
+// ShutdownFinish drains comes back too).
+func (d *dispatcher[T]) valveFired(m *AckableMessage[T]) string {
+	if d.runCtx.Err() != nil {
+		return ""
+	}
+	return d.r.valves.firedAfter(&m.Meta, m.Handle, d.r.returns.count(m.Meta.MessageID))
+}
+
 // deferOrDeadLetter defers (or releases) m as dec says unless a safety valve
 // fires, in which case m is dead-lettered. cause is the handler's error, if
 // any.
 func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], dec Decision, cause error) (outcome, time.Time) {
 	r := d.r
-	if valve := r.valves.firedAfter(&m.Meta, m.Handle, r.returns.count(m.Meta.MessageID)); valve != "" {
+	if valve := d.valveFired(m); valve != "" {
 		if cause == nil {
 			cause = fmt.Errorf("rmqflow: deferred too often (%s)", valve)
 		}
@@ -785,7 +820,7 @@ func (d *dispatcher[T]) deferOrDeadLetter(actx, hctx context.Context, m *Ackable
 // otherwise loop for ever.
 func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *AckableMessage[T], cause error) (outcome, time.Time) {
 	r := d.r
-	if valve := r.valves.firedAfter(&m.Meta, m.Handle, r.returns.count(m.Meta.MessageID)); valve != "" {
+	if valve := d.valveFired(m); valve != "" {
 		if cause == nil {
 			cause = fmt.Errorf("rmqflow: left too often (%s)", valve)
 		}

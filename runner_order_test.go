@@ -68,7 +68,7 @@ func newOrderRig(t *testing.T, real bool) *orderRig {
 // ours reports whether m belongs to this run (the real broker's group may
 // hold an earlier run's leftovers).
 func (r *orderRig) ours(m *rmqflow.AckableMessage[string]) bool {
-	return strings.HasPrefix(m.Meta.LiteTopic, r.prefix+"-")
+	return strings.HasPrefix(m.Meta.LiteTopic, r.prefix+"-") || strings.HasPrefix(m.Meta.MessageGroup, r.prefix+"-")
 }
 
 // settled waits, on rmqfake, until n acks of this run took effect and
@@ -436,20 +436,7 @@ func TestRunnerPipelineAcksFailedAck(t *testing.T) {
 		}
 		return rmqfake.Verdict{}
 	})
-	r.run(func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
-		switch m.Value {
-		case "m1":
-			m1.Store(m.Meta.MessageID)
-		case "m2":
-			select { // m3 must find the lite topic blocked behind m1
-			case <-refusedLogged:
-			case <-ctx.Done():
-				return rmqflow.Decision{}, ctx.Err()
-			}
-		}
-		r.record(m.Value)
-		return rmqflow.Ack(), nil
-	}, rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: true}, nil)
+	r.run(r.m1FailsHandler(&m1, refusedLogged), rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: true}, nil)
 	r.waitUntil(ctx, "m3 handled", func(s []string) bool { return count(s, "m3") > 0 })
 	r.settled(ctx, 3)
 	if !refused.Load() {
@@ -459,6 +446,28 @@ func TestRunnerPipelineAcksFailedAck(t *testing.T) {
 	// message of a receive: m1 comes back with m2, acked after it.
 	if got, want := r.snapshot(), []string{"m1", "m2", "m1", "m2", "m3"}; !slices.Equal(got, want) {
 		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+}
+
+// m1FailsHandler is the handler of the tests in which m1's ack fails: it
+// acks every message, notes m1's message id in m1, and holds m2 until wait
+// is closed (unless wait is nil), so that m3 finds its key blocked behind m1.
+func (r *orderRig) m1FailsHandler(m1 *atomic.Value, wait <-chan struct{}) func(context.Context, *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+	return func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		switch m.Value {
+		case "m1":
+			m1.Store(m.Meta.MessageID)
+		case "m2":
+			if wait != nil {
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					return rmqflow.Decision{}, ctx.Err()
+				}
+			}
+		}
+		r.record(m.Value)
+		return rmqflow.Ack(), nil
 	}
 }
 
@@ -525,5 +534,86 @@ func TestRunnerPipelineAcksTwoFailedAcks(t *testing.T) {
 	}
 	if got, want := r.snapshot(), []string{"m1", "m2", "m3", "m1", "m2", "m3"}; !slices.Equal(got, want) {
 		t.Fatalf("handler saw %v, want %v", got, want)
+	}
+}
+
+// TestRunnerAckAppliedButReportedFailed: m1's ack takes effect on the broker,
+// but its answer is lost (the runner sees an error). m1 never comes back. The
+// broker hands a lite topic (a FIFO group's message group) out in order from
+// its first unacked message, so a later message of it received after the
+// failure shows that m1 is done: m2 and m3 must run then. Before, the runner
+// held them back again every second until InvisibleDuration had passed, and
+// the broker, counting each return as a delivery, dead-lettered them
+// (RetryMax 3 here).
+func TestRunnerAckAppliedButReportedFailed(t *testing.T) {
+	for _, mode := range []string{"lite", "fifo"} {
+		for _, pipelined := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/PipelineAcks=%t", mode, pipelined), func(t *testing.T) {
+				rmqtest.CheckGoroutines(t)
+				fake := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
+				r := &orderRig{t: t, cond: make(chan struct{}, 1024), prefix: rmqtest.Unique("ord"), fake: fake,
+					conn: rmqflow.Connection{Endpoints: fake.Addr()}, topic: "main"}
+				refusedLogged := make(chan struct{})
+				var logOnce sync.Once
+				conn := r.conn
+				conn.Logger = slog.New(&signalHandler{match: "runner could not ack a message", fire: func() { logOnce.Do(func() { close(refusedLogged) }) }})
+				cfg := rmqflow.SourceConfig{Connection: conn, AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}
+				record := func(body string) rmqflow.Record {
+					return rmqflow.Record{LiteTopic: r.prefix + "-a", Body: []byte(body)}
+				}
+				if mode == "lite" {
+					must(t, fake.CreateTopic("main", rmqfake.TopicLite))
+					must(t, fake.CreateGroup("g", rmqfake.LiteBind("main"), rmqfake.Wildcard(), rmqfake.RetryMax(3)))
+					cfg.Lite = []rmqflow.LiteBinding{{Topic: "main", Group: "g"}}
+				} else {
+					must(t, fake.CreateTopic("main", rmqfake.TopicFIFO, rmqfake.Queues(1)))
+					must(t, fake.CreateGroup("g", rmqfake.FIFO(), rmqfake.RetryMax(3)))
+					cfg.Mode, cfg.Topic, cfg.Group = rmqflow.ModeSimple, "main", "g"
+					record = func(body string) rmqflow.Record {
+						return rmqflow.Record{MessageGroup: r.prefix + "-a", Body: []byte(body)}
+					}
+				}
+				src, err := rmqflow.NewSource(cfg, rmqflow.StringDecoder())
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.src = src
+				ctx := rmqtest.Context(t, 40*time.Second)
+				sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: r.conn, Topic: "main"})
+				must(t, err)
+				for _, b := range []string{"m1", "m2", "m3"} { // a backlog: one batch
+					if _, err := sink.Write(ctx, record(b)).Wait(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				must(t, sink.Close(ctx))
+				var m1 atomic.Value
+				var lost atomic.Bool
+				fake.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
+					for _, e := range c.Request.(*v2.AckMessageRequest).GetEntries() {
+						if id, _ := m1.Load().(string); id != "" && e.GetMessageId() == id && lost.CompareAndSwap(false, true) {
+							return rmqfake.Verdict{ErrAfter: status.Error(codes.PermissionDenied, "the answer was lost")}
+						}
+					}
+					return rmqfake.Verdict{}
+				})
+				var wait <-chan struct{}
+				if pipelined {
+					wait = refusedLogged
+				}
+				r.run(r.m1FailsHandler(&m1, wait), rmqflow.RunnerConfig{Concurrency: 4, PipelineAcks: pipelined}, nil)
+				r.waitUntil(ctx, "m3 handled", func(s []string) bool { return count(s, "m3") > 0 })
+				r.settled(ctx, 3)
+				if !lost.Load() {
+					t.Fatal("m1's ack answer was never lost")
+				}
+				if got, want := r.snapshot(), []string{"m1", "m2", "m3"}; !slices.Equal(got, want) {
+					t.Fatalf("handler saw %v, want %v", got, want)
+				}
+				if dl := fake.Stats().Topics["main"].DeadLettered; dl != 0 {
+					t.Fatalf("%d messages dead-lettered", dl)
+				}
+			})
+		}
 	}
 }

@@ -166,3 +166,71 @@ func TestRunnerShutdownWaitsForAcks(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerShutdownNeverDeadLetters: while Run shuts down, a message its
+// handler gives back (Release, as the Benthos and Watermill integrations do
+// when they close, Defer, Leave, or an error from the cancelled context) is
+// given back even if a safety valve would fire: the valve is for messages
+// that keep failing, and this one was never worked. Before, the valve fired
+// (here: MaxDeliveryAttempt 1, so at once) and the default dead-letter
+// acked the message: lost without having been processed.
+func TestRunnerShutdownNeverDeadLetters(t *testing.T) {
+	for _, give := range []string{"release", "defer", "leave", "error"} {
+		t.Run(give, func(t *testing.T) {
+			rmqtest.CheckGoroutines(t)
+			fake := fakeLite(t)
+			ctx := rmqtest.Context(t, 30*time.Second)
+			conn := rmqflow.Connection{Endpoints: fake.Addr()}
+			sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "a", Body: []byte("m")}).Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+			_ = sink.Close(ctx)
+			src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
+				AwaitDuration: 5 * time.Second, InvisibleDuration: 20 * time.Second}, rmqflow.StringDecoder())
+			if err != nil {
+				t.Fatal(err)
+			}
+			entered := make(chan struct{})
+			r, err := rmqflow.NewRunner(src, func(hctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+				close(entered)
+				<-hctx.Done() // the shutdown's cancel (ShutdownTimeout 0: at once)
+				switch give {
+				case "release":
+					return rmqflow.Release(), nil
+				case "defer":
+					return rmqflow.Defer(time.Second, "closing"), nil
+				case "leave":
+					return rmqflow.Leave(), nil
+				}
+				return rmqflow.Decision{}, hctx.Err()
+			}, rmqflow.RunnerConfig{Concurrency: 1, ShutdownTimeout: time.Millisecond, ErrorValves: rmqflow.ThrottleConfig{MaxDeliveryAttempt: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var deadLettered atomic.Int32
+			r.SetDeadLetter(func(context.Context, *rmqflow.AckableMessage[string], error) error {
+				deadLettered.Add(1)
+				return nil
+			})
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- r.Run(rctx) }()
+			<-entered
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("runner: %v", err)
+			}
+			st := fake.Stats().Topics["main"]
+			if deadLettered.Load() != 0 || st.Acked != 0 {
+				t.Fatalf("a message given back at shutdown: dead-lettered %d times, acked %d", deadLettered.Load(), st.Acked)
+			}
+			if st.InFlight+st.Backlog != 1 {
+				t.Fatalf("the message is neither in flight nor waiting: %+v", st.Counts)
+			}
+		})
+	}
+}

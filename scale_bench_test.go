@@ -35,6 +35,7 @@ import (
 
 	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
@@ -145,6 +146,7 @@ func scaleRun(b *testing.B, lites int) {
 	r.SetThrottle(th)
 
 	b.ResetTimer()
+	stopProfile := rmqtest.TimedCPUProfile(b)
 	t0, cpu0 := time.Now(), scaleCPU()
 	rctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
@@ -160,6 +162,7 @@ func scaleRun(b *testing.B, lites int) {
 	}
 	tick.Stop()
 	elapsed, cpu := time.Since(t0), scaleCPU()-cpu0
+	stopProfile()
 	stop()
 	scaleMust(b, <-ran)
 	b.StopTimer()

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
@@ -19,6 +20,11 @@ const (
 	DefaultSinkConcurrency = 4
 	DefaultSinkBatchSize   = 32
 	DefaultSinkLinger      = 5 * time.Millisecond
+	// MaxSinkConcurrency and MaxSinkBatchSize bound SinkConfig's
+	// Concurrency and BatchSize: the sink allocates queues of
+	// Concurrency×BatchSize records.
+	MaxSinkConcurrency = 1024
+	MaxSinkBatchSize   = 1024
 )
 
 // SinkConfig configures a Sink.
@@ -30,8 +36,10 @@ type SinkConfig struct {
 	// LiteTopic is the lite topic of records that name none. Empty: records
 	// without a lite topic are normal messages.
 	LiteTopic string
-	// MaxAttempts bounds the tries of a record that fails with a retriable
-	// error. Default 3.
+	// MaxAttempts bounds the calls that may store a record: it is retried
+	// after a retriable failure while fewer were made. A call of a batch
+	// refused as a whole (one bad record refuses its batch and stores none
+	// of it; its records then go one per call) does not count. Default 3.
 	MaxAttempts int
 	// Concurrency is the number of senders, each sending one batch at a
 	// time (the records of a batch with a lite topic or message group go
@@ -86,10 +94,10 @@ func (c SinkConfig) validate() error {
 		return optionError("Topic", "required")
 	case c.MaxAttempts < 0:
 		return optionError("MaxAttempts", "must not be negative")
-	case c.Concurrency < 0:
-		return optionError("Concurrency", "must not be negative")
-	case c.BatchSize < 0:
-		return optionError("BatchSize", "must not be negative")
+	case c.Concurrency < 0 || c.Concurrency > MaxSinkConcurrency:
+		return optionError("Concurrency", fmt.Sprintf("must be 0 (default) to %d", MaxSinkConcurrency))
+	case c.BatchSize < 0 || c.BatchSize > MaxSinkBatchSize:
+		return optionError("BatchSize", fmt.Sprintf("must be 0 (default) to %d", MaxSinkBatchSize))
 	case c.Linger < 0:
 		return optionError("Linger", "must not be negative")
 	}
@@ -110,9 +118,11 @@ type Record struct {
 
 // SendFuture is the pending result of Sink.Write.
 type SendFuture struct {
-	done chan struct{}
-	id   string
-	err  error
+	done     chan struct{}
+	accepted string // the id Write fixed; never changes once Write returned
+	id       string
+	err      error
+	ep       *epoch // the Flush epoch the record counts in
 }
 
 // Done is closed when the result is known.
@@ -126,13 +136,45 @@ func (f *SendFuture) Done() <-chan struct{} { return f.done }
 // record never accepted (written after Close, or its Write's ctx ended).
 func (f *SendFuture) Result() (string, error) { return f.id, f.err }
 
-// Wait waits for the result or ctx.
+// Wait waits for the result or ctx. When ctx ends first it returns ctx's
+// error with the id the record was accepted under (empty if it was not): the
+// record is still being sent and may be stored under that id.
 func (f *SendFuture) Wait(ctx context.Context) (string, error) {
 	select {
 	case <-f.done:
 		return f.id, f.err
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return f.accepted, ctx.Err()
+	}
+}
+
+// epoch counts the records written between two Flushes. Its count holds one
+// per record not yet settled, one while it is the current epoch (until a
+// Flush seals it), and one while the epoch before it is not done; done
+// closes when the count reaches zero, so an epoch is done only when its
+// records and every earlier one are settled.
+type epoch struct {
+	n    atomic.Int64
+	done chan struct{}
+	next *epoch // set when a Flush seals this epoch, before it drops its token
+}
+
+func newEpoch(tokens int64) *epoch {
+	e := &epoch{done: make(chan struct{})}
+	e.n.Store(tokens)
+	return e
+}
+
+// release drops one token of e; the last one closes e and releases the
+// token e's successor holds on it.
+func (e *epoch) release() {
+	for e != nil && e.n.Add(-1) == 0 {
+		close(e.done)
+		// Unlink: a future kept by its caller must not keep every later
+		// epoch reachable.
+		next := e.next
+		e.next = nil
+		e = next
 	}
 }
 
@@ -165,8 +207,11 @@ type Sink struct {
 	in      chan pendingSend   // records with no order key; closed by Close once no Write can send on it
 	keyed   []chan pendingSend // per sender: the records of the lite topics and groups hashed to it
 	seed    maphash.Seed
-	pending sync.WaitGroup
-	workers sync.WaitGroup
+	epoch   *epoch // the records written since the last Flush; guarded by mu
+	// flushSealed, when set (tests), is called by Flush once it has sealed
+	// its epoch: records written after that are not waited for.
+	flushSealed func()
+	workers     sync.WaitGroup
 	// sendCtx bounds every SendMessage and retry wait; Close cancels it when
 	// its own ctx ends first.
 	sendCtx    context.Context
@@ -193,7 +238,7 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 		return nil, err
 	}
 	s := &Sink{cfg: cfg, c: c, metrics: newMetrics(cfg.Meter), in: make(chan pendingSend, cfg.BatchSize*cfg.Concurrency),
-		keyed: make([]chan pendingSend, cfg.Concurrency), seed: maphash.MakeSeed(), closing: make(chan struct{})}
+		keyed: make([]chan pendingSend, cfg.Concurrency), seed: maphash.MakeSeed(), closing: make(chan struct{}), epoch: newEpoch(1)}
 	s.sendCtx, s.cancelSend = context.WithCancelCause(context.Background())
 	for i := range s.keyed {
 		s.keyed[i] = make(chan pendingSend, cfg.BatchSize)
@@ -208,14 +253,20 @@ func NewSink(ctx context.Context, cfg SinkConfig) (*Sink, error) {
 
 // Write queues rec and returns its future; it blocks only while the queue is
 // full, until ctx ends (the future then holds ctx's error) or Close begins
-// (ErrSinkClosed). A record Write queued is sent or fails with a result; it
-// is never dropped.
+// (ErrSinkClosed). A ctx that has ended already queues nothing. A record
+// Write queued is sent or fails with a result; it is never dropped.
 func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 	f := &SendFuture{done: make(chan struct{})}
 	m := &client.Message{Topic: s.cfg.Topic, LiteTopic: rec.LiteTopic, Tag: rec.Tag, Keys: rec.Keys,
 		Properties: rec.Properties, MessageGroup: rec.MessageGroup, DeliveryTime: rec.DeliveryTime, Body: rec.Body}
 	if m.LiteTopic == "" {
 		m.LiteTopic = s.cfg.LiteTopic
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up already: nothing is sent.
+		f.err = err
+		close(f.done)
+		return f
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -224,13 +275,15 @@ func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 		close(f.done)
 		return f
 	}
-	s.pending.Add(1)
+	f.ep = s.epoch
+	f.ep.n.Add(1)
 	s.writers.Add(1)
 	s.mu.Unlock()
 	defer s.writers.Done()
 	// The id is fixed here, before the first attempt: retries reuse it.
 	m.MessageID = client.NewMessageID()
 	f.id = m.MessageID // set before the record is queued: the sender writes f next
+	f.accepted = m.MessageID
 	p := pendingSend{msg: m, f: f}
 	q := s.queueOf(m)
 	select {
@@ -241,13 +294,11 @@ func (s *Sink) Write(ctx context.Context, rec Record) *SendFuture {
 	select {
 	case q <- p:
 	case <-ctx.Done():
-		f.id, f.err = "", ctx.Err()
-		close(f.done)
-		s.pending.Done()
+		f.accepted, f.id, f.err = "", "", ctx.Err()
+		f.settle()
 	case <-s.closing:
-		f.id, f.err = "", fmt.Errorf("%w: Close began while Write waited for room in the queue", ErrSinkClosed)
-		close(f.done)
-		s.pending.Done()
+		f.accepted, f.id, f.err = "", "", fmt.Errorf("%w: Close began while Write waited for room in the queue", ErrSinkClosed)
+		f.settle()
 	}
 	return f
 }
@@ -287,19 +338,35 @@ func (s *Sink) Send(ctx context.Context, recs ...Record) ([]string, []error) {
 	return ids, errs
 }
 
-// Flush waits until every record written so far has its result, or ctx ends.
+// Flush waits until every record whose Write returned before Flush began
+// has its result, or ctx ends. Records written meanwhile are not waited for.
+// It is safe to call concurrently with Write, Close and other Flushes.
 func (s *Sink) Flush(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		s.pending.Wait()
-		close(done)
-	}()
+	s.mu.Lock()
+	e := s.epoch
+	s.epoch = newEpoch(2) // its own token, and one until e is done
+	e.next = s.epoch
+	hook := s.flushSealed
+	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	e.release() // e's own token: e is done once its records and the earlier epochs are
 	select {
-	case <-done:
+	case <-e.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// settle closes f's Done and counts it settled in its Flush epoch; f's
+// result must be set.
+func (f *SendFuture) settle() {
+	ep := f.ep
+	f.ep = nil
+	close(f.done)
+	ep.release()
 }
 
 // Close stops accepting records: later Writes, and Writes blocked on a full
@@ -421,7 +488,7 @@ func (s *Sink) send(batch []pendingSend) {
 	}
 	sendChain := func(chain []pendingSend) {
 		for _, p := range chain {
-			s.sendRetrying([]pendingSend{p})
+			s.sendRetrying([]pendingSend{p}, 0)
 		}
 	}
 	if len(order) == 1 && len(plain) == 0 {
@@ -440,20 +507,21 @@ func (s *Sink) send(batch []pendingSend) {
 		}()
 	}
 	if len(plain) > 0 {
-		s.sendRetrying(plain)
+		s.sendRetrying(plain, 0)
 	}
 	wg.Wait()
 }
 
 // sendRetrying sends records in one call, retrying those that failed
-// retriably, each under the id Write gave it, in their order. A
-// multi-message SendMessage is stored as one batch, all or nothing (the
-// proxy answers it with one entry).
-func (s *Sink) sendRetrying(batch []pendingSend) {
+// retriably, each under the id Write gave it, in their order; tried is how
+// often they were sent before (MaxAttempts bounds the sum). A multi-message
+// SendMessage is stored as one batch, all or nothing (the proxy answers it
+// with one entry).
+func (s *Sink) sendRetrying(batch []pendingSend, tried int) {
 	ctx := s.sendCtx
 	todo := batch
 	bo := backoff.New(200*time.Millisecond, 5*time.Second)
-	for attempt := 1; len(todo) > 0; attempt++ {
+	for attempt := tried + 1; len(todo) > 0; attempt++ {
 		if ctx.Err() != nil {
 			// Close gave up waiting: fail what is left, never drop it.
 			s.finish(todo, context.Cause(ctx))
@@ -468,10 +536,12 @@ func (s *Sink) sendRetrying(batch []pendingSend) {
 			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
 		}
 		if err != nil && len(todo) > 1 && !client.IsRetriable(err) {
-			// One bad record fails a whole request: isolate it by sending
-			// each record on its own.
+			// One bad record fails a whole request, which stores none of
+			// them: isolate it by sending each record on its own. This
+			// call stored nothing, so it does not count toward MaxAttempts;
+			// the earlier ones may have, and do.
 			for _, p := range todo {
-				s.sendRetrying([]pendingSend{p})
+				s.sendRetrying([]pendingSend{p}, attempt-1)
 			}
 			return
 		}
@@ -491,8 +561,7 @@ func (s *Sink) sendRetrying(batch []pendingSend) {
 			}
 			s.metrics.sent(context.Background(), e)
 			p.f.id, p.f.err = id, e
-			close(p.f.done)
-			s.pending.Done()
+			p.f.settle()
 		}
 		todo = retry
 		if len(todo) > 0 {
@@ -506,7 +575,6 @@ func (s *Sink) finish(ps []pendingSend, err error) {
 	for _, p := range ps {
 		s.metrics.sent(context.Background(), err)
 		p.f.id, p.f.err = p.msg.MessageID, err
-		close(p.f.done)
-		s.pending.Done()
+		p.f.settle()
 	}
 }

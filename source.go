@@ -105,8 +105,9 @@ type SourceConfig struct {
 	// is there (docs/broker-semantics.md, scenario v: once 90 s, beside
 	// killed clients of its group). An idle run re-joins at most 4 times,
 	// the wait doubling each time (30 s, then 60, 120 and 240 s more), and
-	// then waits for a message; a message ends the run. Default 30 s, at
-	// least 10 s; negative (or Forever): never. Bindings of exact lite
+	// then waits for a message; a message ends the run, and a pause in
+	// receiving (the queue full, receives failing) starts it over. Default
+	// 30 s, at least 10 s; negative (or Forever): never. Bindings of exact lite
 	// topics never re-join. Each re-join costs the broker a pass over its
 	// lite topics, and a message that arrives between the two calls may
 	// wait for that pass.
@@ -321,6 +322,7 @@ type binding struct {
 	// Re-joining an idle wildcard group (SourceConfig.LiteRejoinAfter).
 	rmu        sync.Mutex
 	emptySince time.Time     // start of the current run of empty receives (or the last re-join); zero: none
+	lastEmpty  time.Time     // when the last empty receive was answered
 	lastMsg    time.Time     // when the last receive with messages was answered
 	rejoinWait time.Duration // how long the run must last for the next re-join
 	rejoins    int           // re-joins in the current idle run
@@ -332,8 +334,9 @@ type binding struct {
 // idle run. The wait doubles after each re-join, and after maxRejoins of
 // them the binding waits for a message; a message ends the run and resets
 // the wait to base. A run starts no earlier than the last message another
-// fetcher received; time spent not receiving (a full queue) does not count,
-// time spent failing to receive does.
+// fetcher received, and only time with a receive out counts: a poll sent
+// more than rejoinGap after the last empty answer (the queue was full, or
+// receives failed) starts the run over.
 func (b *binding) rejoinDue(polledAt, now time.Time, n int, base time.Duration) (due, first bool) {
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
@@ -343,6 +346,12 @@ func (b *binding) rejoinDue(polledAt, now time.Time, n int, base time.Duration) 
 	if n > 0 {
 		b.lastMsg = now
 		return false, false
+	}
+	if !b.emptySince.IsZero() && polledAt.Sub(b.lastEmpty) > rejoinGap {
+		b.emptySince = time.Time{}
+	}
+	if now.After(b.lastEmpty) {
+		b.lastEmpty = now
 	}
 	if b.emptySince.IsZero() {
 		b.emptySince = polledAt
@@ -357,6 +366,22 @@ func (b *binding) rejoinDue(polledAt, now time.Time, n int, base time.Duration) 
 	b.emptySince, b.rejoinWait, b.rejoins = now, 2*b.rejoinWait, b.rejoins+1
 	return true, first
 }
+
+// fifoGroup reports whether the broker told the session of group's simple
+// binding that the group is FIFO: it then hands out each message group in
+// order from its first unacked message, as it does each lite topic.
+func (s *Source[T]) fifoGroup(group string) bool {
+	for _, b := range s.binds {
+		if b.group == group && !b.lite && b.sess != nil && b.sess.Settings().GetSubscription().GetFifo() {
+			return true
+		}
+	}
+	return false
+}
+
+// rejoinGap is the longest pause between an empty answer and the next poll
+// that still continues a run of empty receives.
+const rejoinGap = time.Second
 
 // outage records a failed receive at now and returns how long the binding
 // has been failing.

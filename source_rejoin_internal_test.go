@@ -33,7 +33,18 @@ func TestRejoinDue(t *testing.T) {
 		{2000, 9000, 0, false, false}, // idle for hours: no more
 		{9000, 9001, 1, false, false}, // a message: back to 30 s
 		{9001, 9030, 0, false, false},
-		{9030, 9032, 0, true, true},
+		{9030, 9032, 0, true, true}, // next wait 60 s
+		// No receive out from 9032 to 9100 (the queue was full, or receives
+		// failed): that time does not count, the run starts over at 9100.
+		{9100, 9105, 0, false, false},
+		{9105, 9159, 0, false, false}, // 59 s
+		{9159, 9161, 0, true, false},  // 61 s
+		// A run begun from another fetcher's message (polled before it),
+		// then a pause: the pause does not count either.
+		{9161, 9170, 2, false, false},
+		{9165, 9172, 0, false, false}, // the run starts at 9170
+		{9600, 9605, 0, false, false}, // polled 428 s after the last empty answer: starts over at 9600
+		{9605, 9631, 0, true, true},   // 31 s
 	}
 	for i, s := range steps {
 		due, first := b.rejoinDue(at(s.polled), at(s.now), s.n, base)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,7 +100,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		tc = credentials.NewTLS(cfg.TLS)
 	}
-	conn, err := grpc.NewClient("rmqflow:///"+eps.String(),
+	// The target only names the connection (the manual resolver gives the
+	// addresses); a '%' (an IPv6 zone) must be escaped to parse as a URL.
+	conn, err := grpc.NewClient("rmqflow:///"+strings.ReplaceAll(eps.String(), "%", "%25"),
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(tc),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),

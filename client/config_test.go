@@ -200,3 +200,20 @@ func TestClientFormattingHidesSecret(t *testing.T) {
 		}
 	}
 }
+
+// TestNewAcceptsWhatParseEndpointsAccepts: every address ParseEndpoints
+// takes makes a client, an IPv6 link-local address with its zone included
+// (its '%' broke the connection target: "invalid URL escape").
+func TestNewAcceptsWhatParseEndpointsAccepts(t *testing.T) {
+	for _, ep := range []string{"[fe80::1%eth0]:8081", "[fe80::1%25]:8081", "127.0.0.1:8081;[::1]:8081", "host%:1"} {
+		if _, err := ParseEndpoints(ep); err != nil {
+			t.Fatalf("ParseEndpoints(%q): %v", ep, err)
+		}
+		c, err := New(Config{Endpoints: ep})
+		if err != nil {
+			t.Errorf("New(%q): %v", ep, err)
+			continue
+		}
+		_ = c.Close(t.Context())
+	}
+}

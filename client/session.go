@@ -73,6 +73,7 @@ type Session struct {
 	// re-opened stream: the periodic goroutine then syncs lite
 	// subscriptions at once instead of on its next tick.
 	resync    chan struct{}
+	life      context.Context // ends when the session closes
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
@@ -119,6 +120,7 @@ func (c *Client) OpenSession(ctx context.Context, cfg SessionConfig) (*Session, 
 		exact:         map[string]map[string]struct{}{},
 		firstSettings: make(chan struct{}),
 		resync:        make(chan struct{}, 1),
+		life:          runCtx,
 		cancel:        cancel,
 		done:          make(chan struct{}),
 		wireType:      v2.ClientType(cfg.Type),
@@ -175,6 +177,10 @@ func (s *Session) shutdown(ctx context.Context, notify bool) error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		<-s.done
+		// A Rejoin in progress sees the session's end and returns; none
+		// starts after this, so no COMPLETE_ADD follows the termination.
+		s.subMu.Lock()
+		s.subMu.Unlock() //nolint:staticcheck // a barrier, not a critical section
 		s.c.mu.Lock()
 		delete(s.c.sessions, s)
 		s.c.mu.Unlock()
@@ -470,12 +476,14 @@ func (s *Session) syncAll(ctx context.Context) error {
 // v). A re-join makes the broker look again, 5 to 15 s later.
 //
 // The COMPLETE_ADD is sent whatever became of the COMPLETE_REMOVE (a
-// timed-out one may have been applied), on its own RequestTimeout even when
-// ctx ends meanwhile; when it fails, the session syncs its subscription again
-// with backoff until a sync succeeds, as after a reconnect. Only for a
-// LiteWildcard session with no exact lite topics of mainTopic (a
-// COMPLETE_REMOVE would drop them); it excludes SubscribeLite and
-// UnsubscribeLite while it runs.
+// timed-out one may have been applied), unless ctx has ended (the caller gave
+// up) or the session closed. Whenever the COMPLETE_ADD was not sent or
+// failed, or the COMPLETE_REMOVE failed (it may yet be applied after the
+// ADD), the session syncs its subscription again at once and with backoff
+// until a sync succeeds, as after a reconnect. Only for a LiteWildcard
+// session with no exact lite topics of mainTopic (a COMPLETE_REMOVE would
+// drop them); it excludes SubscribeLite and UnsubscribeLite while it runs,
+// and Close waits for it (its calls end when the session closes).
 func (s *Session) Rejoin(ctx context.Context, mainTopic string) error {
 	if !s.cfg.LiteWildcard {
 		return &ConfigError{Option: "SessionConfig.LiteWildcard", Reason: "Rejoin is for wildcard lite sessions"}
@@ -488,33 +496,75 @@ func (s *Session) Rejoin(ctx context.Context, mainTopic string) error {
 	if exact > 0 {
 		return &ConfigError{Option: "Rejoin", Reason: fmt.Sprintf("the session has %d exact lite topics of %s, which a re-join would drop", exact, mainTopic)}
 	}
-	req := LiteSyncRequest{Action: LiteCompleteRemove, Topic: mainTopic, Group: s.cfg.Group}
-	rerr := s.c.SyncLiteSubscription(ctx, req)
-	req.Action = LiteCompleteAdd
-	aerr := s.c.SyncLiteSubscription(context.WithoutCancel(ctx), req)
-	if aerr != nil {
+	ctx, end, err := s.subCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	resync := func() {
 		select {
 		case s.resync <- struct{}{}:
 		default:
 		}
+	}
+	req := LiteSyncRequest{Action: LiteCompleteRemove, Topic: mainTopic, Group: s.cfg.Group}
+	rerr := s.c.SyncLiteSubscription(ctx, req)
+	if err := ctx.Err(); err != nil {
+		resync()
+		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_ADD not sent (the session's own sync follows): %w", mainTopic, err)
+	}
+	req.Action = LiteCompleteAdd
+	aerr := s.c.SyncLiteSubscription(ctx, req)
+	if aerr != nil {
+		resync()
 		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_ADD (a sync with backoff follows): %w", mainTopic, aerr)
 	}
 	if rerr != nil {
-		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_REMOVE (COMPLETE_ADD sent): %w", mainTopic, rerr)
+		resync()
+		return fmt.Errorf("rocketmq: re-join %s: COMPLETE_REMOVE (COMPLETE_ADD sent, and a sync follows): %w", mainTopic, rerr)
 	}
 	return nil
 }
 
+// subCtx is ctx, also ended by the session's end, for a change of the
+// subscription (under subMu): Close waits for the one in progress, and its
+// call ends with the session instead of running to RequestTimeout. After
+// Close it is ErrClosed: nothing may be subscribed after the
+// NotifyClientTermination.
+func (s *Session) subCtx(ctx context.Context) (context.Context, func(), error) {
+	if s.life.Err() != nil {
+		return nil, nil, ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.life, cancel)
+	return ctx, func() { stop(); cancel() }, nil
+}
+
+// closedDuring is err, also ErrClosed when the session closed during the
+// call (both wrapped: errors.Is finds either).
+func (s *Session) closedDuring(what string, err error) error {
+	if err != nil && s.life.Err() != nil {
+		return fmt.Errorf("rocketmq: %s: the session closed: %w (%w)", what, ErrClosed, err)
+	}
+	return err
+}
+
 // SubscribeLite adds one exact lite topic of mainTopic (PARTIAL_ADD) and keeps
-// it in the periodic COMPLETE_ADD. offset is optional.
+// it in the periodic COMPLETE_ADD. offset is optional. It ends with the
+// session (ErrClosed after Close).
 func (s *Session) SubscribeLite(ctx context.Context, mainTopic, liteTopic string, offset *OffsetOption) error {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
-	err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
+	ctx, end, err := s.subCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	err = s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
 		Action: LitePartialAdd, Topic: mainTopic, Group: s.cfg.Group, LiteTopics: []string{liteTopic}, Offset: offset,
 	})
 	if err != nil {
-		return err
+		return s.closedDuring("PARTIAL_ADD of "+liteTopic, err)
 	}
 	s.mu.Lock()
 	if s.exact[mainTopic] == nil {
@@ -525,15 +575,22 @@ func (s *Session) SubscribeLite(ctx context.Context, mainTopic, liteTopic string
 	return nil
 }
 
-// UnsubscribeLite removes one exact lite topic (PARTIAL_REMOVE).
+// UnsubscribeLite removes one exact lite topic (PARTIAL_REMOVE). It ends
+// with the session (ErrClosed after Close: the termination took the
+// session's lite topics with it).
 func (s *Session) UnsubscribeLite(ctx context.Context, mainTopic, liteTopic string) error {
 	s.subMu.Lock()
 	defer s.subMu.Unlock()
-	err := s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
+	ctx, end, err := s.subCtx(ctx)
+	if err != nil {
+		return err
+	}
+	defer end()
+	err = s.c.SyncLiteSubscription(ctx, LiteSyncRequest{
 		Action: LitePartialRemove, Topic: mainTopic, Group: s.cfg.Group, LiteTopics: []string{liteTopic},
 	})
 	if err != nil {
-		return err
+		return s.closedDuring("PARTIAL_REMOVE of "+liteTopic, err)
 	}
 	s.mu.Lock()
 	delete(s.exact[mainTopic], liteTopic)

@@ -19,19 +19,17 @@ func TestSessionRejoin(t *testing.T) {
 	reply := consumerReply(v2.ClientType_LITE_SIMPLE_CONSUMER)
 	syncs := make(chan *v2.SyncLiteSubscriptionRequest, 64)
 	var failRemove, failAdds atomic.Int32
+	var blockRemove atomic.Bool // a COMPLETE_REMOVE waits until its caller gives up
+	notified := make(chan struct{}, 4)
 	var failed atomic.Pointer[v2.SyncLiteSubscriptionRequest] // the last request answered with a failure
 	f := &fakeServer{
-		telemetry: func(st v2.MessagingService_TelemetryServer) error {
-			if _, err := st.Recv(); err != nil {
-				return err
+		telemetry: newTelemetryFake(reply).handle,
+		syncLite: func(ctx context.Context, r *v2.SyncLiteSubscriptionRequest) (*v2.SyncLiteSubscriptionResponse, error) {
+			if r.GetAction() == v2.LiteSubscriptionAction_COMPLETE_REMOVE && blockRemove.Load() {
+				syncs <- r
+				<-ctx.Done()
+				return nil, ctx.Err()
 			}
-			if err := st.Send(&v2.TelemetryCommand{Status: okStatus(), Command: &v2.TelemetryCommand_Settings{Settings: reply}}); err != nil {
-				return err
-			}
-			<-st.Context().Done()
-			return nil
-		},
-		syncLite: func(_ context.Context, r *v2.SyncLiteSubscriptionRequest) (*v2.SyncLiteSubscriptionResponse, error) {
 			fail := (r.GetAction() == v2.LiteSubscriptionAction_COMPLETE_REMOVE && failRemove.Add(-1) >= 0) ||
 				(r.GetAction() == v2.LiteSubscriptionAction_COMPLETE_ADD && failAdds.Add(-1) >= 0)
 			if fail {
@@ -47,6 +45,7 @@ func TestSessionRejoin(t *testing.T) {
 			return &v2.HeartbeatResponse{Status: okStatus()}, nil
 		},
 		notify: func(context.Context, *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
+			notified <- struct{}{}
 			return &v2.NotifyClientTerminationResponse{Status: okStatus()}, nil
 		},
 	}
@@ -80,6 +79,32 @@ func TestSessionRejoin(t *testing.T) {
 	}
 	next(v2.LiteSubscriptionAction_COMPLETE_REMOVE)
 	next(v2.LiteSubscriptionAction_COMPLETE_ADD) // sent anyway
+	// The failed REMOVE may yet be applied after the ADD: the session syncs
+	// again at once.
+	resyncPass := func() {
+		t.Helper()
+		for _, topic := range []string{"main", "exact"} {
+			r := waitFor(t, syncs, 10*time.Second, "a resync COMPLETE_ADD of "+topic)
+			if r.GetAction() != v2.LiteSubscriptionAction_COMPLETE_ADD || r.GetTopic().GetName() != topic {
+				t.Fatalf("got %v, want the resync's COMPLETE_ADD of %s", r, topic)
+			}
+		}
+	}
+	resyncPass()
+
+	// The caller gives up during the REMOVE: Rejoin returns at once and sends
+	// no ADD itself; the session's own sync puts the client back.
+	blockRemove.Store(true)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Rejoin(ctx, "main") }()
+	next(v2.LiteSubscriptionAction_COMPLETE_REMOVE)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Rejoin whose ctx ended: %v, want context.Canceled", err)
+	}
+	blockRemove.Store(false)
+	resyncPass()
 
 	failAdds.Store(2)
 	if err := s.Rejoin(t.Context(), "main"); err == nil {
@@ -125,5 +150,91 @@ func TestSessionRejoin(t *testing.T) {
 	case r := <-syncs:
 		t.Errorf("a refused Rejoin sent %v", r)
 	default:
+	}
+
+	// Close during a Rejoin: the Rejoin ends with the session, and nothing
+	// is synced after the NotifyClientTermination; a later Rejoin sends
+	// nothing.
+	if err := s.UnsubscribeLite(t.Context(), "exact", "lt"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, syncs, time.Second, "the PARTIAL_REMOVE")
+	blockRemove.Store(true)
+	go func() { done <- s.Rejoin(t.Context(), "main") }()
+	next(v2.LiteSubscriptionAction_COMPLETE_REMOVE)
+	cctx, ccancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer ccancel()
+	if err := s.Close(cctx); err != nil {
+		t.Fatalf("Close during a Rejoin: %v", err)
+	}
+	if err := <-done; err == nil {
+		t.Error("a Rejoin cut by Close returned nil")
+	}
+	select {
+	case <-notified:
+	default:
+		t.Fatal("Close sent no NotifyClientTermination")
+	}
+	if err := s.Rejoin(t.Context(), "main"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Rejoin after Close: %v, want ErrClosed", err)
+	}
+	if err := s.SubscribeLite(t.Context(), "exact", "lt2", nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("SubscribeLite after Close: %v, want ErrClosed", err)
+	}
+	if err := s.UnsubscribeLite(t.Context(), "exact", "lt"); !errors.Is(err, ErrClosed) {
+		t.Errorf("UnsubscribeLite after Close: %v, want ErrClosed", err)
+	}
+	select {
+	case r := <-syncs:
+		t.Errorf("sent after Close: %v", r)
+	default:
+	}
+}
+
+// TestSessionSubscribeLiteEndsWithClose: a SubscribeLite whose PARTIAL_ADD
+// the broker does not answer ends when the session closes, with ErrClosed,
+// and Close does not wait for it to run to RequestTimeout (a minute here;
+// Close waited for it, then failed its own NotifyClientTermination).
+func TestSessionSubscribeLiteEndsWithClose(t *testing.T) {
+	reply := consumerReply(v2.ClientType_LITE_SIMPLE_CONSUMER)
+	adds := make(chan struct{}, 1)
+	f := &fakeServer{
+		telemetry: newTelemetryFake(reply).handle,
+		syncLite: func(ctx context.Context, r *v2.SyncLiteSubscriptionRequest) (*v2.SyncLiteSubscriptionResponse, error) {
+			if r.GetAction() == v2.LiteSubscriptionAction_PARTIAL_ADD {
+				adds <- struct{}{}
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return &v2.SyncLiteSubscriptionResponse{Status: okStatus()}, nil
+		},
+		heartbeat: func(context.Context, *v2.HeartbeatRequest) (*v2.HeartbeatResponse, error) {
+			return &v2.HeartbeatResponse{Status: okStatus()}, nil
+		},
+		notify: func(context.Context, *v2.NotifyClientTerminationRequest) (*v2.NotifyClientTerminationResponse, error) {
+			return &v2.NotifyClientTerminationResponse{Status: okStatus()}, nil
+		},
+	}
+	ep := startFake(t, f)
+	c := newTestClient(t, Config{Endpoints: ep, LiteSyncInterval: time.Hour, RequestTimeout: time.Minute})
+	s, err := c.OpenSession(t.Context(), SessionConfig{Type: LiteSimpleConsumer, Group: "g", Subscriptions: []Subscription{{Topic: "main"}}})
+	if err != nil {
+		t.Fatalf("OpenSession: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.SubscribeLite(t.Context(), "main", "lt", nil) }()
+	waitFor(t, adds, 5*time.Second, "the PARTIAL_ADD")
+	cctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		t.Fatalf("Close during a SubscribeLite: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("SubscribeLite cut by Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("SubscribeLite still running 10 s after Close returned")
 	}
 }

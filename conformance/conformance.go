@@ -88,7 +88,14 @@ type Env struct {
 // Client returns a client with no session, closed at test end.
 func (e *Env) Client(t *testing.T) *client.Client {
 	t.Helper()
-	c, err := client.New(client.Config{Endpoints: e.Target.Endpoint})
+	return e.ClientWith(t, client.Config{})
+}
+
+// ClientWith is Client with cfg (its Endpoints set to the target's).
+func (e *Env) ClientWith(t *testing.T, cfg client.Config) *client.Client {
+	t.Helper()
+	cfg.Endpoints = e.Target.Endpoint
+	c, err := client.New(cfg)
 	if err != nil {
 		t.Fatalf("client.New: %v", err)
 	}

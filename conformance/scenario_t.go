@@ -56,6 +56,7 @@ var authUsers = map[string]string{
 //     "User:rmqflow-off is disabled.". Accepted: a signed date of 2000 or
 //     one that is no date (no window), any scheme word, upper-case hex, no
 //     SignedHeaders. Past both checks, no client id is CLIENT_ID_REQUIRED.
+//     A blank topic (a send, a producer's settings) is "topic is null.".
 //   - the ACL: "User:<u> has no permission to access <Topic|Group>:<name>
 //     from 127.0.0.1, <why>", why being "no matched policies." or, when the
 //     best matching entry denies, "the decision is deny.". Send: Pub on the
@@ -112,6 +113,8 @@ func AuthAndACL(t *testing.T, e *Env) {
 		{name: "date of 2000", date: "20000101T000000Z", authz: authz("MQv2-HMAC-SHA1", "rmqflow-pub", sign(authUsers["rmqflow-pub"], "20000101T000000Z"))},
 		{name: "not a date", date: "whenever", authz: authz("MQv2-HMAC-SHA1", "rmqflow-pub", sign(authUsers["rmqflow-pub"], "whenever"))},
 		{name: "other scheme word", date: now, authz: authz("Whatever", "rmqflow-pub", pubSig)},
+		// A blank topic is null to the ACL check, before any entry.
+		{name: "blank topic", date: now, authz: authz("MQv2-HMAC-SHA1", "rmqflow-pub", pubSig), topic: " ", want: "topic is null."},
 		// Authorization runs before the client id is looked at.
 		{name: "denied, no client id", date: now, authz: authz("MQv2-HMAC-SHA1", "rmqflow-pub", pubSig), noID: true, topic: AuthTopicU,
 			want: noPerm("rmqflow-pub", "Topic:"+AuthTopicU, "no matched policies.")},
@@ -146,6 +149,7 @@ func AuthAndACL(t *testing.T, e *Env) {
 	wantErr(t, "rmqflow-pub consumer heartbeat", pub.Heartbeat(rmqtest.Context(t, 10*time.Second), AuthGroupT, client.SimpleConsumer), noGroup)
 	wantErr(t, "rmqflow-pub producer heartbeat", pub.Heartbeat(rmqtest.Context(t, 10*time.Second), "", client.Producer), "")
 	wantStatus(t, "rmqflow-pub Telemetry settings publishing "+AuthTopicU, telemetryRefused(t, pub, AuthTopicU), noPerm("rmqflow-pub", "Topic:"+AuthTopicU, "no matched policies."))
+	wantStatus(t, "rmqflow-pub Telemetry settings publishing a blank topic", telemetryRefused(t, pub, ""), "topic is null.")
 
 	// rmqflow-sub: Sub on rmqflow-auth-t and rmqflow-auth-g.
 	sub := e.authClient(t, "rmqflow-sub", authUsers["rmqflow-sub"])

@@ -17,13 +17,16 @@ import (
 // dispatch scheduled before). The message it held across the re-join is
 // neither redelivered nor overtaken by its lite topic's next message, its
 // invisibility can still be changed and it acks; after Session.Rejoin a new
-// message arrives at once. This is what the Source's re-join of an idle
+// message arrives at once. A receive while out of the group gets nothing
+// and no error. This is what the Source's re-join of an idle
 // wildcard binding (SourceConfig.LiteRejoinAfter) relies on.
 func WildcardRejoin(t *testing.T, e *Env) {
 	const s = "v"
 	topic, group := rmqtest.LiteTopic(s), rmqtest.LiteGroup(s)
 	p := e.Producer(t, topic)
-	c := e.Client(t)
+	// No periodic COMPLETE_ADD (every 30 s by default) while the scenario
+	// keeps the client out of its group: only the scenario's own syncs.
+	c := e.ClientWith(t, client.Config{LiteSyncInterval: time.Hour})
 	sess, err := c.OpenSession(rmqtest.Context(t, 10*time.Second), client.SessionConfig{
 		Type: client.LiteSimpleConsumer, Group: group, Subscriptions: []client.Subscription{{Topic: topic}}, LiteWildcard: true,
 	})
@@ -45,6 +48,19 @@ func WildcardRejoin(t *testing.T, e *Env) {
 	// Out of the group: a message sent now finds no member.
 	if err := c.SyncLiteSubscription(rmqtest.Context(t, 10*time.Second), client.LiteSyncRequest{Action: client.LiteCompleteRemove, Topic: topic, Group: group}); err != nil {
 		t.Fatalf("COMPLETE_REMOVE: %v", err)
+	}
+	// A receive while out of the group, as a Source's other fetchers make
+	// while one of them re-joins: nothing (the held message's next waits
+	// behind it), and no error a Source would take for permanent.
+	out, rerr := c.Receive(rmqtest.Context(t, poll+10*time.Second), req)
+	t.Logf("a receive while out of the group: %d messages, error %v (code %d)", len(out), rerr, Code(rerr))
+	if rerr != nil {
+		t.Errorf("a receive while out of the group failed: %v", rerr)
+	}
+	for _, m := range out {
+		if OfRun(run)(m) {
+			t.Errorf("a receive while out of the group got %q of %s (attempt %d)", m.Body, m.LiteTopic, m.DeliveryAttempt)
+		}
 	}
 	SendLite(t, p, topic, run+"-backlog", "backlog")
 	time.Sleep(21 * time.Second) // waiting out any full dispatch scheduled before: an absence, no event to await

@@ -274,16 +274,22 @@ func checksOf(req proto.Message) ([]check, *failure) {
 		}
 		return []check{groupCheck(group), topicCheck(topic, "Sub")}, nil
 	}
+	pub := func(topic string) ([]check, *failure) {
+		if strings.TrimSpace(topic) == "" {
+			return nil, topicNull
+		}
+		return []check{topicCheck(topic, "Pub")}, nil
+	}
 	switch r := req.(type) {
 	case *v2.SendMessageRequest:
 		if len(r.GetMessages()) == 0 {
 			return nil, fail(v2.Code_UNAUTHORIZED, "message is null.")
 		}
-		return []check{topicCheck(r.GetMessages()[0].GetTopic().GetName(), "Pub")}, nil
+		return pub(r.GetMessages()[0].GetTopic().GetName())
 	case *v2.RecallMessageRequest:
-		return []check{topicCheck(r.GetTopic().GetName(), "Pub")}, nil
+		return pub(r.GetTopic().GetName())
 	case *v2.EndTransactionRequest:
-		return []check{topicCheck(r.GetTopic().GetName(), "Pub")}, nil
+		return pub(r.GetTopic().GetName())
 	case *v2.QueryRouteRequest:
 		if strings.TrimSpace(r.GetTopic().GetName()) == "" {
 			return nil, topicNull
@@ -331,11 +337,20 @@ func checksOf(req proto.Message) ([]check, *failure) {
 		}
 		var out []check
 		for _, t := range st.GetPublishing().GetTopics() {
+			if strings.TrimSpace(t.GetName()) == "" {
+				return nil, topicNull
+			}
 			out = append(out, topicCheck(t.GetName(), "Pub"))
 		}
 		if sub := st.GetSubscription(); sub != nil {
+			if strings.TrimSpace(sub.GetGroup().GetName()) == "" {
+				return nil, groupNull
+			}
 			out = append(out, groupCheck(sub.GetGroup().GetName()))
 			for _, e := range sub.GetSubscriptions() {
+				if strings.TrimSpace(e.GetTopic().GetName()) == "" {
+					return nil, topicNull
+				}
 				out = append(out, topicCheck(e.GetTopic().GetName(), "Sub"))
 			}
 		}

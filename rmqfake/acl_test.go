@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+
 	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
@@ -28,6 +30,7 @@ func TestACL(t *testing.T) {
 		rmqfake.User("tie", "tie-secret"),
 		rmqfake.User("boss", "boss-secret", rmqfake.SuperUser()),
 		rmqfake.User("off", "off-secret", rmqfake.DisabledUser()),
+		rmqfake.User("any", "any-secret"),
 		rmqfake.WithACL(
 			rmqfake.ACLEntry{User: "pub", Resource: "Topic:" + normalTopic, Actions: []string{"Pub"}},
 			rmqfake.ACLEntry{User: "sub", Resource: "Group:" + normalGroup, Actions: []string{"Sub"}},
@@ -39,6 +42,7 @@ func TestACL(t *testing.T) {
 			rmqfake.ACLEntry{User: "tie", Resource: "Topic:" + liteTopic, Actions: []string{"Pub"}},
 			rmqfake.ACLEntry{User: "tie", Resource: "Topic:" + normalTopic, Actions: []string{"Pub"}},
 			rmqfake.ACLEntry{User: "tie", Resource: "Topic:" + normalTopic, Actions: []string{"Sub"}},
+			rmqfake.ACLEntry{User: "any", Resource: "*", Actions: []string{"All"}},
 		))
 	as := func(user string) *client.Client {
 		return newClient(t, s, client.Config{Credentials: client.Credentials{AccessKey: user, AccessSecret: user + "-secret"},
@@ -100,4 +104,33 @@ func TestACL(t *testing.T) {
 	}
 	_, err = as("pub").OpenSession(ctxT(t), client.SessionConfig{Type: client.Producer, Topics: []string{liteTopic}})
 	refused("pub's producer session for a topic it may not write", err, "User:pub has no permission to access Topic:"+liteTopic+from+"no matched policies.")
+
+	// A blank topic or group is refused as the proxy refuses it, before any
+	// entry is looked at: even for a user allowed everything.
+	anyone := as("any")
+	raw := v2.NewMessagingServiceClient(anyone.Conn())
+	blank := func(what string, st *v2.Status, err error, want string) {
+		t.Helper()
+		if err != nil || st.GetCode() != v2.Code_UNAUTHORIZED || st.GetMessage() != want {
+			t.Errorf("%s: %v %v, want UNAUTHORIZED %q", what, st, err, want)
+		}
+	}
+	sr, err := raw.SendMessage(anyone.OutgoingContext(ctxT(t)), &v2.SendMessageRequest{Messages: []*v2.Message{{Topic: &v2.Resource{Name: " "},
+		SystemProperties: &v2.SystemProperties{MessageId: "01", BodyEncoding: v2.Encoding_IDENTITY, MessageType: v2.MessageType_NORMAL}, Body: []byte("x")}}})
+	blank("a send to a blank topic", sr.GetStatus(), err, "topic is null.")
+	rr, err := raw.RecallMessage(anyone.OutgoingContext(ctxT(t)), &v2.RecallMessageRequest{Topic: &v2.Resource{}, RecallHandle: "h"})
+	blank("a recall on a blank topic", rr.GetStatus(), err, "topic is null.")
+	er, err := raw.EndTransaction(anyone.OutgoingContext(ctxT(t)), &v2.EndTransactionRequest{Topic: &v2.Resource{}, MessageId: "m", TransactionId: "x"})
+	blank("an end of transaction on a blank topic", er.GetStatus(), err, "topic is null.")
+	for what, c := range map[string]struct {
+		st   *v2.Settings
+		want string
+	}{
+		"publishing a blank topic":       {&v2.Settings{ClientType: v2.ClientType_PRODUCER.Enum(), PubSub: &v2.Settings_Publishing{Publishing: &v2.Publishing{Topics: []*v2.Resource{{Name: ""}}}}}, "topic is null."},
+		"subscribing with a blank group": {consumerSettings(v2.ClientType_SIMPLE_CONSUMER, "", normalTopic), "group is null."},
+		"subscribing to a blank topic":   {consumerSettings(v2.ClientType_SIMPLE_CONSUMER, normalGroup, ""), "topic is null."},
+	} {
+		tc, err := telemetry(t, anyone, anyone.OutgoingContext(ctxT(t)), c.st)
+		blank("settings "+what, tc.GetStatus(), err, c.want)
+	}
 }

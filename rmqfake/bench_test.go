@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
+	"github.com/rmqflow/rmqflow/internal/rmqtest"
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
@@ -91,6 +92,7 @@ func benchmarkPipeline(b *testing.B, liteTopics int) {
 	var produced, acked atomic.Int64
 	b.SetBytes(1024)
 	b.ResetTimer()
+	stopProfile := rmqtest.TimedCPUProfile(b)
 	t0, cpu0 := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	errs := make(chan error, producers+consumers)
@@ -163,6 +165,7 @@ func benchmarkPipeline(b *testing.B, liteTopics int) {
 	}
 	wg.Wait()
 	elapsed, cpu := time.Since(t0), processCPU()-cpu0
+	stopProfile()
 	b.StopTimer()
 	select {
 	case err := <-errs:

@@ -41,6 +41,10 @@ type Verdict struct {
 	ErrAfter error
 }
 
+// streamMethod reports whether method is a streaming RPC, which
+// Fault.LostAnswerRate leaves alone (it has no single answer to lose).
+func streamMethod(method string) bool { return method == "ReceiveMessage" || method == "Telemetry" }
+
 // afterError carries Verdict.ErrAfter out of decide.
 type afterError struct{ err error }
 
@@ -59,6 +63,12 @@ type Fault struct {
 	Latency time.Duration
 	// ErrorRate is the probability (0..1) that a call fails with Code.
 	ErrorRate float64
+	// LostAnswerRate is the probability (0..1) that a unary call is handled
+	// and then fails with Code instead of answering: it took effect, but
+	// the client sees a failure (Verdict.ErrAfter). Drawn for calls that
+	// ErrorRate let through; streaming methods (ReceiveMessage, Telemetry)
+	// never get it.
+	LostAnswerRate float64
 	// Code is the gRPC code of injected failures; zero means
 	// codes.Unavailable.
 	Code codes.Code
@@ -181,12 +191,15 @@ func (s *Server) decide(ctx context.Context, call Call) (proto.Message, error) {
 	}
 	for _, f := range faults {
 		delay += f.Latency
+		code := f.Code
+		if code == codes.OK {
+			code = codes.Unavailable
+		}
 		if err == nil && resp == nil && f.ErrorRate > 0 && rand.Float64() < f.ErrorRate {
-			code := f.Code
-			if code == codes.OK {
-				code = codes.Unavailable
-			}
 			err = status.Errorf(code, "rmqfake: injected fault on %s", call.Method)
+		}
+		if err == nil && resp == nil && f.LostAnswerRate > 0 && !streamMethod(call.Method) && rand.Float64() < f.LostAnswerRate {
+			err = &afterError{status.Errorf(code, "rmqfake: injected fault on %s after it took effect", call.Method)}
 		}
 	}
 	if delay > 0 && !sleep(ctx, s.cfg.clock, delay) {

@@ -139,7 +139,8 @@ type limiter struct {
 	autoTopicsMade int
 	// streams counts the open Telemetry streams per client id; sweep is
 	// the pending expiry sweep, due at sweepAt (ms).
-	streams map[string]int
+	streams map[string]int // per client id, its streams that registered settings
+	open    int            // every open Telemetry stream
 	sweep   *btimer
 	sweepAt int64
 }

@@ -275,13 +275,7 @@ func TestSessionExpiryDropsLiteSubscription(t *testing.T) {
 	t.Parallel()
 	s, clk := start(t, rmqfake.SessionExpiry(time.Minute))
 	c := newClient(t, s, client.Config{})
-	stream, err := v2.NewMessagingServiceClient(c.Conn()).Telemetry(c.OutgoingContext(ctxT(t)))
-	must(t, err)
-	must(t, stream.Send(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: consumerSettings(v2.ClientType_LITE_PUSH_CONSUMER, exactGroup, liteTopic)}}))
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup, LiteTopics: []string{"x"}}))
+	stream := liteConsumerWithX(t, c)
 	if n := s.Stats().LiteSubscriptions; n != 1 {
 		t.Fatalf("%d lite subscriptions, want 1", n)
 	}
@@ -392,4 +386,46 @@ func TestRestartLeavesNoExpiry(t *testing.T) {
 	if st := s.Stats(); st.Sessions != 0 || st.Timers != 0 {
 		t.Errorf("after Restart: %d sessions, %d timers; want 0 and 0", st.Sessions, st.Timers)
 	}
+}
+
+// TestTelemetryUnregisteredStreamSpeaksForNoOne: a Telemetry stream that
+// names a client's id but never had a settings command accepted (here: sends
+// nothing, then is cancelled) does not drop that client's lite subscription.
+// Anyone may open a stream naming any id; before, cancelling one offlined the
+// client it named.
+func TestTelemetryUnregisteredStreamSpeaksForNoOne(t *testing.T) {
+	t.Parallel()
+	s, _ := start(t)
+	c := newClient(t, s, client.Config{ClientID: "victim"})
+	liteConsumerWithX(t, c) // its stream stays open until the test ends
+	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 1 && st.LiteSubscriptions == 1 }))
+
+	forger := newClient(t, s, client.Config{ClientID: "victim"})
+	fctx, cancel := context.WithCancel(ctxT(t))
+	forged, err := v2.NewMessagingServiceClient(forger.Conn()).Telemetry(forger.OutgoingContext(fctx))
+	must(t, err)
+	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 2 })) // open on the server
+	cancel()
+	// Once the server's handler of the forged stream returned, its cancel
+	// was seen (and, before the fix, the victim offlined).
+	must(t, s.WaitFor(ctxT(t), func(st rmqfake.Stats) bool { return st.Streams == 1 }))
+	_, _ = forged.Recv()
+	if st := s.Stats(); st.LiteSubscriptions != 1 || st.Sessions != 1 {
+		t.Fatalf("after a stranger's stream naming the client was cancelled: %d lite subscriptions, %d sessions; want 1 and 1", st.LiteSubscriptions, st.Sessions)
+	}
+}
+
+// liteConsumerWithX opens c's Telemetry stream as a lite push consumer of
+// exactGroup (its settings answered) and subscribes it to lite topic "x" of
+// liteTopic; the stream is the client's presence.
+func liteConsumerWithX(t *testing.T, c *client.Client) v2.MessagingService_TelemetryClient {
+	t.Helper()
+	stream, err := v2.NewMessagingServiceClient(c.Conn()).Telemetry(c.OutgoingContext(ctxT(t)))
+	must(t, err)
+	must(t, stream.Send(&v2.TelemetryCommand{Command: &v2.TelemetryCommand_Settings{Settings: consumerSettings(v2.ClientType_LITE_PUSH_CONSUMER, exactGroup, liteTopic)}}))
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	must(t, c.SyncLiteSubscription(ctxT(t), client.LiteSyncRequest{Action: client.LitePartialAdd, Topic: liteTopic, Group: exactGroup, LiteTopics: []string{"x"}}))
+	return stream
 }

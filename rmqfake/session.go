@@ -21,8 +21,21 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 	s := x.s
 	ctx := stream.Context()
 	m := metaOf(ctx)
-	s.b.locked(func() { s.b.streamOpened(m.clientID) })
-	defer s.b.locked(func() { s.b.streamClosed(m.clientID) })
+	// A stream speaks for its client id only once a settings command of it
+	// was accepted (authenticated, when the server checks): as on the
+	// proxy, whose client channel a settings command registers. Until then
+	// it neither keeps the client's session alive nor, when cancelled,
+	// drops its lite subscription: anyone may open a stream naming any id.
+	registered := false
+	s.b.locked(func() { s.b.lim.open++; s.b.notify() })
+	defer s.b.locked(func() {
+		s.b.lim.open--
+		if registered {
+			s.b.streamClosed(m.clientID)
+		} else {
+			s.b.notify()
+		}
+	})
 	var sendMu sync.Mutex // the handler and the server's own commands (txn.go) send
 	send := func(c *v2.TelemetryCommand) error {
 		sendMu.Lock()
@@ -42,10 +55,12 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 			return nil
 		}
 		if err != nil {
-			if status.Code(err) == codes.Canceled && ctx.Err() != nil {
-				// The client went away: the proxy drops its lite subscription.
+			if status.Code(err) == codes.Canceled && ctx.Err() != nil && registered {
+				// The client went away: the proxy drops its lite subscription,
+				// unless a newer stream of the client has taken over.
 				s.b.locked(func() {
-					if !s.b.closed && !s.b.restarting {
+					sess := s.b.sessions[m.clientID]
+					if !s.b.closed && !s.b.restarting && (sess == nil || sess.pushTok == tok) {
 						s.b.offlineLite(m.clientID)
 					}
 				})
@@ -71,6 +86,10 @@ func (x *service) Telemetry(stream grpc.BidiStreamingServer[v2.TelemetryCommand,
 			return err
 		}
 		s.b.locked(func() {
+			if !registered {
+				registered = true
+				s.b.streamOpened(m.clientID)
+			}
 			if sess := s.b.sessions[m.clientID]; sess != nil {
 				sess.push, sess.pushTok = send, tok
 			}

@@ -90,9 +90,7 @@ func (s *Server) Stats() Stats {
 	now := b.nowMS()
 	st := Stats{Topics: map[string]TopicStats{}, Groups: map[string]GroupStats{}, Sessions: len(b.sessions), Pollers: b.pollers, Timers: len(b.timers), StoredBytes: b.storedBytes(),
 		LiteSubscriptions: b.liteSubscriptions()}
-	for _, n := range b.lim.streams {
-		st.Streams += n
-	}
+	st.Streams = b.lim.open
 	groupStats := func(g *group) GroupStats {
 		gs, ok := st.Groups[g.key.String()]
 		if !ok {

@@ -42,8 +42,11 @@ func LoadUsers(path string) ([]Option, error) {
 //	user <name> <password> [super] [disabled]
 //	acl <user> <resource>[,<resource>...] <action>[,<action>...] allow|deny [ip=<ip or CIDR>[,...]]
 //
-// An acl line must name a user of an earlier line. It returns them as User
-// and WithACL options.
+// An acl line must name a user of an earlier line; a password holds no
+// space and no '#'. A file without a user line is refused: a server given
+// it would check nothing. Errors name the line and never quote a user line
+// past its name (a mistyped line may hold part of a password). It returns the
+// users and entries as User and WithACL options.
 func ParseUsers(r io.Reader) ([]Option, error) {
 	var opts []Option
 	var entries []ACLEntry
@@ -68,7 +71,7 @@ func ParseUsers(r io.Reader) ([]Option, error) {
 				case "disabled":
 					uo = append(uo, DisabledUser())
 				default:
-					return nil, fmt.Errorf("line %d: user %s: unknown option %q (super, disabled)", n, f[1], flag)
+					return nil, fmt.Errorf("line %d: user %s: a field after the password is neither super nor disabled (a password holds no space)", n, f[1])
 				}
 			}
 			users[f[1]] = true
@@ -86,17 +89,28 @@ func ParseUsers(r io.Reader) ([]Option, error) {
 				if !ok || v == "" {
 					return nil, fmt.Errorf("line %d: acl %s: unknown option %q (ip=...)", n, f[1], o)
 				}
+				if ips != nil {
+					return nil, fmt.Errorf("line %d: acl %s: ip= given twice; list the addresses in one, comma-separated", n, f[1])
+				}
 				ips = strings.Split(v, ",")
 			}
+			var line []ACLEntry
 			for _, res := range strings.Split(f[2], ",") {
-				entries = append(entries, ACLEntry{User: f[1], Resource: res, Actions: strings.Split(f[3], ","), Deny: f[4] == "deny", SourceIPs: ips})
+				line = append(line, ACLEntry{User: f[1], Resource: res, Actions: strings.Split(f[3], ","), Deny: f[4] == "deny", SourceIPs: ips})
 			}
+			if _, err := parseACL(line); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			entries = append(entries, line...)
 		default:
 			return nil, fmt.Errorf("line %d: unknown kind %q: want user or acl", n, f[0])
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
+	}
+	if len(users) == 0 {
+		return nil, fmt.Errorf("no user line: a users file must define at least one user (a server given none would check no signature)")
 	}
 	if _, err := parseACL(entries); err != nil {
 		return nil, err

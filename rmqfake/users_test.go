@@ -66,9 +66,23 @@ user off off-secret disabled
 		"user w s\nacl w Queue:x Pub allow",          // not a resource type
 		"user w s\nacl w Topic:x Send allow",         // not an action
 		"group g",
+		"user w s\nacl w Topic:x Pub allow ip=10.0.0.1 ip=10.0.0.2", // ip= twice: the first was dropped
+		"# no user line: a server given this file checked nothing",
+		"",
 	} {
 		if _, err := rmqfake.ParseUsers(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseUsers(%q): no error", bad)
+		}
+	}
+	// Errors name the line, and never quote what follows a user's name: a
+	// password with a space in it would show its second half.
+	for bad, want := range map[string]string{
+		"user w s\nuser bob hunter2 tail":      "line 2",
+		"user w s\n\nacl w Topic:x Pubb allow": "line 3",
+	} {
+		_, err := rmqfake.ParseUsers(strings.NewReader(bad))
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "tail") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("ParseUsers(%q) = %v, want an error naming %s and no password", bad, err, want)
 		}
 	}
 }

@@ -292,8 +292,25 @@ restart_proxy() {
   echo "$endpoint"
 }
 
+# map_count: every lite topic's consume queue is a memory-mapped file of the
+# broker, so 100,000 lite topics (the bench's topics scenario) need more maps
+# than Linux allows by default (vm.max_map_count 65530): the broker then
+# answers sends with "create mapped file failed, server is busy or broken".
+# As RocketMQ's own bin/os.sh does, raise it when root; else say so.
+map_count() {
+  local want=262144 have
+  have=$(cat /proc/sys/vm/max_map_count 2>/dev/null) || return 0
+  [ "$have" -ge "$want" ] && return 0
+  if [ "$(id -u)" = 0 ] && echo "$want" >/proc/sys/vm/max_map_count 2>/dev/null; then
+    log "raised vm.max_map_count from $have to $want (one mapped file per lite topic)"
+  else
+    log "warning: vm.max_map_count is $have; more than about 60,000 lite topics need $want (sysctl -w vm.max_map_count=$want as root)"
+  fi
+}
+
 up() {
   fetch
+  map_count
   if pid_alive proxy && port_open "$RMQ_GRPC_PORT"; then
     log "already running at $endpoint"
   else

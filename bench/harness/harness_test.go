@@ -2,8 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"math"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -279,5 +285,87 @@ func TestOpenCapacityCombinesDrainAndProduce(t *testing.T) {
 	}
 	if got := b.capacity(p, "normal", 4); got != 0 {
 		t.Errorf("capacity with no drain run = %.1f, want 0", got)
+	}
+}
+
+// The misses section explains a missed target with the run's own medians,
+// and says nothing of a met one.
+func TestMissesSection(t *testing.T) {
+	b := &bench{cfg: config{reps: 1, concurrency: 4, liteTopics: 100, scenarios: []string{scDrain, scEmu}, peers: allPeers}}
+	withCosts := func(r *run, cpuS float64, recv, ack int64) *run {
+		r.Result.CPUSeconds, r.Result.ReceiveRPCs, r.Result.AckRPCs, r.Broker = cpuS, recv, ack, cpuS*3
+		return r
+	}
+	b.runs = append(b.runs,
+		withCosts(fakeRun(scDrain, "raw/raw", "lite", 4, 1000, 1), 0.03, 40, 20),
+		withCosts(fakeRun(scDrain, "rmqflow/loop", "lite", 4, 950, 1), 0.04, 45, 25),    // 0.95× raw: met
+		withCosts(fakeRun(scDrain, "rmqflow/runner", "lite", 4, 600, 1), 0.036, 60, 70)) // 0.63× loop: missed
+	b.goBench = []string{
+		"BenchmarkProduceReceiveAck-2   	   58880	     23612 ns/op	  43.37 MB/s	        38.20 cpu-µs/msg	     42356 msg/s",
+	}
+	var w bytes.Buffer
+	b.missesSection(&w)
+	out := w.String()
+	for _, want := range []string{
+		"**`rmqflow/runner` ≥ 0.8× Source + AckAsync, lite: 0.63×.** `rmqflow/runner` drained 600 msg/s against `rmqflow/loop`'s 950; per message it paid 60.0 against 42.1 µs of client CPU",
+		"0.100 against 0.047 receive RPCs and 0.117 against 0.026 ack RPCs",
+		"the backlog spreads over 100 lite topics",
+		"BenchmarkProduceReceiveAck used 38.2 µs of CPU per message",
+		fmt.Sprintf("at most %d µs per message here", runtime.NumCPU()*10),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("misses section lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "≥ 0.9× raw") {
+		t.Errorf("a met target explained:\n%s", out)
+	}
+}
+
+// -explain reads a finished run back (its plan from run.json, its runs from
+// results.jsonl) and prints the misses section; an unfinished run is refused.
+func TestExplainReadsARunBack(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"-emulator", "-quick", "-scenarios", "drain", "-peers", "rmqflow/loop,rmqflow/runner,raw"}
+	rf := runFile{Args: args, Seed: 42, Stamp: "0101-000000", Started: time.Now().UTC()}
+	if err := writeRunFile(dir, rf); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig(append(slices.Clone(args), "-out", dir, "-seed", "42"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)), stamp: rf.Stamp}
+	var lines []byte
+	steps := b.plan()
+	for i, s := range steps {
+		for _, r := range s.runs {
+			msgs := map[string]int{"raw/raw": 1000, "rmqflow/loop": 950, "rmqflow/runner": 500}[r.Peer.Name()]
+			r.Result = result{Messages: msgs, Seconds: 1, CPUSeconds: 0.04, ReceiveRPCs: 40, AckRPCs: 20, EmptyReceives: 0}
+			r.Broker = 0.1
+			if i < len(steps)-1 || r != s.runs[len(s.runs)-1] { // the last run stays unrecorded at first
+				lines = append(append(lines, b.recordLine(r)...), '\n')
+			}
+		}
+	}
+	results := filepath.Join(dir, "results.jsonl")
+	if err := os.WriteFile(results, lines, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errs bytes.Buffer
+	if code := run1([]string{"-explain", dir}, &out, &errs); code == 0 || !strings.Contains(errs.String(), "not recorded") {
+		t.Fatalf("an unfinished run: exit %d, %q", code, errs.String())
+	}
+	last := steps[len(steps)-1].runs[len(steps[len(steps)-1].runs)-1]
+	if err := os.WriteFile(results, append(append(lines, b.recordLine(last)...), '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errs.Reset()
+	if code := run1([]string{"-explain", dir}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	if !strings.Contains(out.String(), "**`rmqflow/runner` ≥ 0.8× Source + AckAsync, lite: 0.53×.**") {
+		t.Fatalf("misses section:\n%s", out.String())
 	}
 }

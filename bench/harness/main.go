@@ -79,6 +79,12 @@ not of its run fails the run. Scenarios (-scenarios, comma-separated):
   renewal   (f) messages held longer than a 10 s invisible duration
   emulator  (g) rmqfake alone: the in-process Go benchmarks
 
+-resume DIR continues an interrupted run; -explain DIR prints the section
+that explains a finished run's missed targets, from its recorded numbers;
+-profile DIR profiles the emulator's benchmarks into DIR/logs/profile.log
+(where the CPU per message goes, which -explain quotes; the emulator
+scenario of a full run does it itself).
+
 Flags:
 `
 
@@ -87,6 +93,12 @@ func main() {
 }
 
 func run1(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 2 && (args[0] == "-explain" || args[0] == "--explain") {
+		return explain(args[1], stdout, stderr)
+	}
+	if len(args) == 2 && (args[0] == "-profile" || args[0] == "--profile") {
+		return profileMode(args[1], stdout, stderr)
+	}
 	var rf runFile
 	resume, err := resumeArgs(args)
 	if err == nil && resume != "" {
@@ -273,6 +285,7 @@ type bench struct {
 	runs     []*run
 	goBench  []string // output lines of the in-process Go benchmarks
 	rss      []string // TestRSS10kInFlight's lines
+	profile  []string // runProfiles' lines (profile.go)
 	started  time.Time
 	results  *os.File
 	idleCPU  float64   // the broker's CPU seconds per second when idle

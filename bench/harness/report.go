@@ -159,6 +159,7 @@ func (b *bench) reportTo(w io.Writer) {
 	fmt.Fprintln(w)
 
 	b.targetsTable(w)
+	b.missesSection(w)
 	if b.has(scDrain) {
 		for _, mode := range []string{"lite", "normal"} {
 			b.drainTable(w, scDrain, mode, c.concurrency, fmt.Sprintf("(a) Drain a backlog: %s, concurrency %d", mode, c.concurrency))

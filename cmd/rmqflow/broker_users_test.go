@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +56,18 @@ func TestBrokerUsersFlag(t *testing.T) {
 	}
 	if _, err := f.options(); err == nil {
 		t.Error("-users naming a missing file: no error")
+	}
+	// A file with no user line would give a broker that checks nothing,
+	// under a flag that promises signed requests.
+	empty := filepath.Join(t.TempDir(), "empty.txt")
+	if err := os.WriteFile(empty, []byte("# none\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs, f = brokerFlagSet(&bytes.Buffer{})
+	if err := fs.Parse([]string{"-users", empty}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.options(); err == nil || !strings.Contains(err.Error(), "no user") {
+		t.Errorf("-users naming a file without a user line: %v, want an error", err)
 	}
 }

@@ -114,8 +114,9 @@ type ReadConfig struct {
 	IdleResume time.Duration
 	// StopAfterIdle, when positive, ends the read (the restriction is done)
 	// once no message came for this long (since the reader's last message,
-	// or its start): for bounded tests and batch backfills. Zero reads for
-	// ever.
+	// or the read's start, whichever is later: a worker's source kept from
+	// an earlier job does not end a new read at once): for bounded tests
+	// and batch backfills. Zero reads for ever.
 	StopAfterIdle time.Duration
 	// IdleClose is how long a worker keeps a reader's source that no bundle
 	// uses (its restriction moved to another worker, or the job ended)

@@ -158,6 +158,12 @@ func (fn *readFn) ProcessElement(ctx context.Context, _ *lagEstimator, rt *sdf.L
 	// renewing what it fetched, never close, and block the bundle retrying.
 	release := shared.done
 	defer func() { release() }()
+	if r.Epoch == 0 {
+		// The read's first bundle: the worker's source may have served an
+		// earlier read (a job before this one, within IdleClose), whose last
+		// message is not this read's. StopAfterIdle counts from now.
+		shared.lastMessage = time.Now()
+	}
 	// A bundle waits at most MaxBundleTime, also when it finds nothing, so
 	// that the watermark moves on while the topic is quiet (windows close,
 	// and their messages get acked, which lets their lite topics go on).

@@ -40,8 +40,9 @@ type sharedSource struct {
 	mu    sync.Mutex // held by the one bundle reading from it
 	idle  idleTimer
 	after time.Duration
-	// lastMessage is when the source last gave a message (or started):
-	// StopAfterIdle counts from it. Guarded by mu.
+	// lastMessage is when the source last gave a message, started, or
+	// served a read's first bundle: StopAfterIdle counts from it. Guarded
+	// by mu.
 	lastMessage time.Time
 }
 

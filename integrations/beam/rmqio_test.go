@@ -441,3 +441,43 @@ func TestWriteRefusedRecordIsReported(t *testing.T) {
 			st.Topics["rmqflow-beam-d"].Acked, st.Topics["rmqflow-beam-out"].Sent)
 	}
 }
+
+// TestStopAfterIdleCountsFromTheReadsStart: a read that finds its worker's
+// source kept from an earlier job (IdleClose), whose last message was long
+// ago, does not end at its first empty bundle: StopAfterIdle counts from the
+// read's own start too. A later bundle of the read still ends it once idle.
+func TestStopAfterIdleCountsFromTheReadsStart(t *testing.T) {
+	s := rmqfakeServer(t)
+	closeReaders(t)
+	cfg := ReadConfig{Connection: Connection{Endpoints: s.Addr()}, MainTopic: "rmqflow-beam-a", Group: "rmqflow-beam-a-g",
+		MaxBundleTime: 100 * time.Millisecond, StopAfterIdle: 30 * time.Second}.withDefaults()
+	idleFor := func(d time.Duration) {
+		t.Helper()
+		src, err := acquireSource(t.Context(), cfg, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.lastMessage = time.Now().Add(-d)
+		src.done()
+	}
+	fn := &readFn{Cfg: cfg}
+	rest := fn.SplitRestriction(nil, fn.CreateInitialRestriction(nil))[0]
+	bundle := func(r readRestriction) bool {
+		t.Helper()
+		cont, err := fn.ProcessElement(t.Context(), &lagEstimator{}, fn.CreateTracker(r), nil,
+			func(beam.EventTime, AckableMessage) { t.Error("a message from an empty topic") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cont.ShouldResume()
+	}
+	idleFor(time.Hour) // an earlier job's source
+	if !bundle(rest) {
+		t.Fatal("a new read ended at its first empty bundle: StopAfterIdle counted from an earlier job's last message")
+	}
+	idleFor(time.Hour)
+	rest.Epoch++ // a later bundle of the same read
+	if bundle(rest) {
+		t.Fatal("a read idle for longer than StopAfterIdle did not end")
+	}
+}

@@ -87,10 +87,22 @@ func runStream(t *testing.T, yaml string, env map[string]string) (stop func()) {
 // runInput runs the rocketmq input of inputYAML into consume.
 func runInput(t *testing.T, inputYAML string, env map[string]string, consume service.MessageBatchHandlerFunc) (stop func()) {
 	t.Helper()
+	return runPipeline(t, inputYAML, nil, env, consume)
+}
+
+// runPipeline runs the input of inputYAML through the processors of procs
+// (YAML each) into consume.
+func runPipeline(t *testing.T, inputYAML string, procs []string, env map[string]string, consume service.MessageBatchHandlerFunc) (stop func()) {
+	t.Helper()
 	b := service.NewStreamBuilder()
 	b.SetEnvVarLookupFunc(envLookup(env))
 	if err := b.AddInputYAML(inputYAML); err != nil {
 		t.Fatal(err)
+	}
+	for _, proc := range procs {
+		if err := b.AddProcessorYAML(proc); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := b.AddBatchConsumerFunc(consume); err != nil {
 		t.Fatal(err)

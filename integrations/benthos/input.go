@@ -49,15 +49,15 @@ Messages of one lite topic (or FIFO message group) are emitted one at a time and
 
 A message that keeps failing stops being deferred when a safety valve fires (`+"`valves`"+`): it is then logged at ERROR level (its handle, never its body) and acked, so that nothing loops for ever.
 
-With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its serialized receipt handle in `+"`"+MetaHandle+"`"+` metadata, and a `+"`rocketmq_ack`"+` processor acks, defers or releases it wherever the work finishes — later in the pipeline, or in another process that received the handle. The input goes on with the message's lite topic once the output has the message.
+With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its serialized receipt handle in `+"`"+MetaHandle+"`"+` metadata, and a `+"`rocketmq_ack`"+` processor acks, defers or releases it wherever the work finishes — later in the pipeline, or in another process that received the handle. The input goes on with the message's lite topic once the output has the message, so manual mode keeps no order per lite topic past the output (docs/benthos.md, Manual acks).
 
 ### Metadata
 
 - `+"`"+MetaTopic+"`"+`, `+"`"+MetaLiteTopic+"`"+`, `+"`"+MetaMessageID+"`"+`, `+"`"+MetaTag+"`"+`, `+"`"+MetaKeys+"`"+` (space separated), `+"`"+MetaMessageGroup+"`"+`
 - `+"`"+MetaDeliveryAttempt+"`"+` (1 on the first delivery), `+"`"+MetaBornTime+"`"+`, `+"`"+MetaBornHost+"`"+`, `+"`"+MetaStoreTime+"`"+` (RFC 3339)
 - `+"`"+MetaDeadLettered+"`"+`: `+"`true`"+` when the message came from the group's dead-letter topic
-- `+"`"+MetaHandle+"`"+`: the receipt handle as JSON (no credentials), with `+"`ack_mode: manual`"+` or `+"`handle_metadata: true`"+`. Writing it hands the message off: the input stops renewing its invisibility, so it must be acked within `+"`invisible_duration`"+`.
-- every user property of the message, under its own name.
+- `+"`"+MetaHandle+"`"+`: the receipt handle as JSON (no credentials), with `+"`ack_mode: manual`"+` or `+"`handle_metadata: true`"+`. Writing it hands the message off: the input stops renewing its invisibility, so it must be acked before that ends: as little as `+"`renewal_ahead_time`"+` after it was written when it had waited behind earlier messages of its lite topic (docs/benthos.md, Manual acks).
+- every user property of the message, under its own name, but those named as the metadata above (a producer cannot make a message pass for a dead-lettered one).
 `).
 		Fields(connectionFields()...).
 		Fields(
@@ -352,9 +352,16 @@ func (in *input) Connect(ctx context.Context) error {
 		}
 	}
 	ch, closing := make(chan *delivery), make(chan struct{})
-	run, _, err := in.build(ch, closing)
+	run, src, err := in.build(ch, closing)
 	if err != nil {
 		return err
+	}
+	// Start here, not in Run: a refusal (unknown group or topic, denied
+	// credentials) is then Connect's error, which Benthos retries with its
+	// backoff; from Run it came back through ReadBatch as ErrNotConnected,
+	// and Benthos reconnected at once, for ever.
+	if err := src.Start(ctx); err != nil {
+		return errors.Join(err, src.Close(context.WithoutCancel(ctx)))
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
@@ -449,7 +456,11 @@ func perMessage(batch service.MessageBatch, idx *service.Indexer, err error) []e
 func (in *input) message(m *rmqflow.AckableMessage[[]byte]) *service.Message {
 	msg := service.NewMessage(m.Value)
 	for k, v := range m.Meta.Properties {
-		msg.MetaSetMut(k, v)
+		// A producer's property named like the delivery's metadata
+		// (rocketmq_dead_lettered, rocketmq_handle, ...) must not pass for it.
+		if !rmqflow.IsAttribute(k) {
+			msg.MetaSetMut(k, v)
+		}
 	}
 	meta := m.Meta
 	for k, v := range meta.Attributes() {
@@ -473,8 +484,12 @@ func (in *input) Close(ctx context.Context) error {
 	if cancel == nil {
 		return nil
 	}
-	close(closing)
+	// Run's ctx first: what a handler gives back once it sees closing is
+	// then given back during the shutdown, where no safety valve fires (a
+	// valve firing in between would dead-letter, by default ack, a message
+	// never worked).
 	cancel()
+	close(closing)
 	select {
 	case <-stopped:
 	case <-ctx.Done():

@@ -59,13 +59,23 @@ type output struct {
 	maxAttempts int
 
 	mu     sync.Mutex
-	sinks  map[string]*rmqflow.Sink // by topic
+	sinks  map[string]*openSink // by topic
 	closed bool
+}
+
+// openSink is a topic's sink, opened once: callers for the topic wait for
+// done; others do not (a topic whose route is slow to come stalls only its
+// own messages).
+type openSink struct {
+	done   chan struct{}
+	s      *rmqflow.Sink
+	err    error
+	gaveUp bool // the opener's context ended: a waiter opens it itself
 }
 
 func newOutput(conf *service.ParsedConfig, mgr *service.Resources) (service.BatchOutput, service.BatchPolicy, int, error) {
 	var (
-		o   = &output{sinks: map[string]*rmqflow.Sink{}}
+		o   = &output{sinks: map[string]*openSink{}}
 		pol service.BatchPolicy
 		mif int
 		err error
@@ -114,22 +124,55 @@ func (o *output) Connect(ctx context.Context) error {
 	return nil
 }
 
-// sink returns the sink of topic, opening it on first use.
+// sink returns the sink of topic, opening it on first use, without holding
+// the lock while it opens. A failed open is forgotten (the next call tries
+// again); its waiters get its error, or try again themselves when it was
+// the opener's context that ended.
 func (o *output) sink(ctx context.Context, topic string) (*rmqflow.Sink, error) {
+	for {
+		o.mu.Lock()
+		if o.closed {
+			o.mu.Unlock()
+			return nil, service.ErrNotConnected
+		}
+		e := o.sinks[topic]
+		if e == nil {
+			break // this call opens it, below, still holding the lock
+		}
+		o.mu.Unlock()
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if e.err != nil && e.gaveUp && ctx.Err() == nil {
+			continue // the opener gave up, not this caller
+		}
+		return e.s, e.err
+	}
+	e := &openSink{done: make(chan struct{})}
+	o.sinks[topic] = e
+	o.mu.Unlock()
+	defer close(e.done)
+	s, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: o.conn, Topic: topic, MaxAttempts: o.maxAttempts})
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
+	overtaken := err == nil && o.closed
+	if err != nil && o.sinks[topic] == e {
+		delete(o.sinks, topic)
+	}
+	if overtaken {
+		e.err = service.ErrNotConnected
+	} else {
+		e.s, e.err = s, err
+		e.gaveUp = err != nil && ctx.Err() != nil
+	}
+	o.mu.Unlock()
+	if overtaken {
+		// Close ran while it opened: it waits (done) for this close.
+		_ = s.Close(context.WithoutCancel(ctx))
 		return nil, service.ErrNotConnected
 	}
-	if s := o.sinks[topic]; s != nil {
-		return s, nil
-	}
-	s, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: o.conn, Topic: topic, MaxAttempts: o.maxAttempts})
-	if err != nil {
-		return nil, err
-	}
-	o.sinks[topic] = s
-	return s, nil
+	return s, err
 }
 
 func (o *output) WriteBatch(ctx context.Context, batch service.MessageBatch) error {
@@ -219,12 +262,29 @@ func (o *output) record(msg *service.Message) (string, rmqflow.Record, error) {
 
 func (o *output) Close(ctx context.Context) error {
 	o.mu.Lock()
-	sinks := o.sinks
-	o.sinks, o.closed = map[string]*rmqflow.Sink{}, true
+	entries := o.sinks
+	o.sinks, o.closed = map[string]*openSink{}, true
 	o.mu.Unlock()
 	var errs []error
-	for _, s := range sinks {
-		errs = append(errs, s.Close(ctx))
+	var opening []*openSink
+	for _, e := range entries {
+		select {
+		case <-e.done:
+			if e.s != nil {
+				errs = append(errs, e.s.Close(ctx))
+			}
+		default:
+			opening = append(opening, e)
+		}
+	}
+	// A sink still opening is closed by its opener, which sees closed;
+	// Close waits for that while its ctx lasts.
+	for _, e := range opening {
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return errors.Join(append(errs, ctx.Err())...)
+		}
 	}
 	return errors.Join(errs...)
 }

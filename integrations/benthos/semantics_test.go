@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,5 +131,136 @@ func TestNackRedeliversOnlyThatMessage(t *testing.T) {
 				t.Errorf("the broker input's first batch had %d messages, want 8", sizes[0])
 			}
 		})
+	}
+}
+
+// TestAckProcessorLeavesErroredMessages: rocketmq_ack does not ack a message
+// an earlier processor flagged with an error (the spec's own example, an
+// http call then rocketmq_ack, acked a message whose model call failed: the
+// work was lost); it passes on with its error, and comes back. The other
+// message of the batch is acked.
+func TestAckProcessorLeavesErroredMessages(t *testing.T) {
+	s := fake(t)
+	ctx := rmqtest.Context(t, time.Minute)
+	prefix := rmqtest.Unique("berr")
+	send(t, ctx, s.Addr(), reqTopic, rmqflow.Record{LiteTopic: prefix + "-a", Body: []byte("good")},
+		rmqflow.Record{LiteTopic: prefix + "-b", Body: []byte("bad")})
+	var mu sync.Mutex
+	errored := map[string]bool{}
+	runPipeline(t, `rocketmq:
+  endpoints: ${EP}
+  lite:
+    - topic: `+reqTopic+`
+      group: `+reqGroup+`
+  ack_mode: manual
+  invisible_duration: 60s`, []string{`mapping: 'root = if content() == "bad" { throw("the model call failed") } else { content() }'`,
+		`rocketmq_ack:
+  endpoints: ${EP}`}, map[string]string{"EP": s.Addr()}, func(_ context.Context, batch service.MessageBatch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range batch {
+			body, _ := m.AsBytes()
+			errored[string(body)] = m.GetError() != nil
+		}
+		return nil
+	})
+	waitFor(t, 30*time.Second, "both messages through the pipeline", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(errored) == 2
+	})
+	waitFor(t, 10*time.Second, "the good message acked", func() bool { return s.Stats().Groups[reqGroup].Acked >= 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !errored["bad"] || errored["good"] {
+		t.Fatalf("errors after the processors: %v, want bad flagged and good not", errored)
+	}
+	g := s.Stats().Groups[reqGroup]
+	if g.Acked != 1 || g.InFlight != 1 {
+		t.Fatalf("group %+v: want the good message acked and the failed one still in flight", g.Counts)
+	}
+}
+
+// TestDeferThenAckSticks: rocketmq_ack with action defer writes the new
+// receipt handle the deferral gave the message, so a later rocketmq_ack in the
+// pipeline acks it for good (with the old handle the broker answered OK but
+// kept the message in flight: it came back).
+func TestDeferThenAckSticks(t *testing.T) {
+	s := rmqfake.NewForTest(t)
+	if err := s.CreateTopic("t", rmqfake.TopicNormal); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateGroup("g"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := rmqtest.Context(t, time.Minute)
+	send(t, ctx, s.Addr(), "t", rmqflow.Record{Body: []byte("m")})
+	var mu sync.Mutex
+	var errs []error
+	done := make(chan struct{}, 1)
+	runPipeline(t, `rocketmq:
+  endpoints: ${EP}
+  mode: simple
+  topic: t
+  group: g
+  ack_mode: manual
+  invisible_duration: 60s`, []string{"rocketmq_ack:\n  endpoints: ${EP}\n  action: defer\n  defer_duration: 30s", "rocketmq_ack:\n  endpoints: ${EP}"},
+		map[string]string{"EP": s.Addr()}, func(_ context.Context, batch service.MessageBatch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range batch {
+				errs = append(errs, m.GetError())
+			}
+			done <- struct{}{}
+			return nil
+		})
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the message never went through the pipeline")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) != 1 || errs[0] != nil {
+		t.Fatalf("errors after the processors: %v", errs)
+	}
+	if g := s.Stats().Groups["g"]; g.Acked != 1 || g.InFlight != 0 || g.Backlog != 0 {
+		t.Fatalf("group %+v: want the message acked for good", g.Counts)
+	}
+}
+
+// TestInputBadGroupBacksOff: an input whose group the broker does not know
+// fails in Connect, which Benthos retries with its backoff, rather than
+// starting, failing and reconnecting at once in a loop (hundreds of sessions
+// a second before).
+func TestInputBadGroupBacksOff(t *testing.T) {
+	s := fake(t)
+	var opened atomic.Int64
+	s.Intercept("Telemetry", func(rmqfake.Call) rmqfake.Verdict {
+		opened.Add(1)
+		return rmqfake.Verdict{}
+	})
+	b := service.NewStreamBuilder()
+	b.SetEnvVarLookupFunc(envLookup(map[string]string{"EP": s.Addr()}))
+	if err := b.AddInputYAML(`rocketmq:
+  endpoints: ${EP}
+  lite:
+    - topic: ` + reqTopic + `
+      group: no-such-group`); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddBatchConsumerFunc(func(context.Context, service.MessageBatch) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetLoggerYAML("level: OFF"); err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, b)
+	waitFor(t, 10*time.Second, "a first attempt", func() bool { return opened.Load() > 0 })
+	first := time.Now()
+	waitFor(t, 10*time.Second, "3 s of attempts", func() bool { return time.Since(first) >= 3*time.Second })
+	stop()
+	if n := opened.Load(); n > 20 {
+		t.Fatalf("%d session attempts in about 3 s: the input reconnects without backoff", n)
 	}
 }

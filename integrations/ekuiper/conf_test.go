@@ -16,6 +16,7 @@ import (
 	mockContext "github.com/lf-edge/ekuiper/v2/pkg/mock/context"
 
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // TestParseSource: the reference connector's option names map onto the
@@ -122,6 +123,18 @@ func TestParseSink(t *testing.T) {
 		}
 		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: true, "ack": false}); err != nil {
 			t.Errorf("%s true on a sink that does not ack: %v", key, err)
+		}
+	}
+	// eKuiper reads its action options in any capitalisation: another
+	// spelling of a guarded one (which the checks read exactly) is refused,
+	// here and in the rule check. "SendSingle": true split a window's result
+	// into calls, and the first call's progress acked the other groups' rows.
+	for _, key := range []string{"SendSingle", "ENABLECACHE", "Concurrency", "batchsize", "DataTemplate"} {
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: true}); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s on an acking sink: %v, want it refused", key, err)
+		}
+		if _, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", key: false}); err == nil {
+			t.Errorf("%s (false) on an acking sink accepted: write it as eKuiper documents it", key)
 		}
 	}
 	if c, _, err := parseSink(map[string]any{"endpoints": "h:1", "topic": "t", "ack": false}); err != nil || c.ack {
@@ -275,11 +288,16 @@ func TestCheckRule(t *testing.T) {
 		"sendMetaToSink":           func(r *ruleDef) { r.SQL = "SELECT n FROM s" },
 		"no action acks":           func(r *ruleDef) { r.Actions = r.Actions[1:2] },
 		// The window check reads the SQL as eKuiper's scanner does.
-		"HOPPINGWINDOW:":  func(r *ruleDef) { r.SQL += " GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)" },
-		"SLIDINGWINDOW:":  func(r *ruleDef) { r.SQL += " GROUP BY `slidingwindow` (ss, 10)" },
-		"COUNTWINDOW ":    func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10/**/,5)" },
-		"COUNTWINDOW wi":  func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10 -- x\n, 5)" },
-		"FOOWINDOW":       func(r *ruleDef) { r.SQL += " GROUP BY FOOWINDOW(ss, 10)" },
+		"HOPPINGWINDOW:": func(r *ruleDef) { r.SQL += " GROUP BY HOPPINGWINDOW/**/(ss, 10, 5)" },
+		"SLIDINGWINDOW:": func(r *ruleDef) { r.SQL += " GROUP BY `slidingwindow` (ss, 10)" },
+		"COUNTWINDOW ":   func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10/**/,5)" },
+		"COUNTWINDOW wi": func(r *ruleDef) { r.SQL += " GROUP BY COUNTWINDOW(10 -- x\n, 5)" },
+		"FOOWINDOW":      func(r *ruleDef) { r.SQL += " GROUP BY FOOWINDOW(ss, 10)" },
+		// After \' the scanner takes the next quote as text too: the
+		// string runs on to the quote after TUMBLINGWINDOW(ss, 10).
+		"HOPPINGWINDOW  ": func(r *ruleDef) {
+			r.SQL = "SELECT n, meta(rocketmq_seq) AS rocketmq_seq FROM s WHERE n != 'x\\'' TUMBLINGWINDOW(ss, 10) ' GROUP BY HOPPINGWINDOW(ss, 10, 5)"
+		},
 		"qos":             func(r *ruleDef) { r.Options.Qos = 1 },
 		"DEDUP_TRIGGER":   func(r *ruleDef) { r.SQL = "SELECT dedup_trigger(id, s, e, now(), 1) /* */ FROM s" },
 		"sendMetaToSink ": func(r *ruleDef) { r.SQL = "SELECT n /* AS rocketmq_seq */ FROM s WHERE 'rocketmq_seq' = n" },
@@ -297,6 +315,15 @@ func TestCheckRule(t *testing.T) {
 		},
 		"fields": func(r *ruleDef) {
 			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "fields": []any{"n"}}}
+		},
+		// A graph rule's node names are its author's: not checked.
+		"graph": func(r *ruleDef) { r.Graph = []byte(`{"nodes":{"2_filter":{"type":"operator","nodeType":"window"}}}`) },
+		// eKuiper reads action options in any capitalisation.
+		"SendSingle": func(r *ruleDef) {
+			r.Actions[0] = map[string]any{"rocketmq": map[string]any{"topic": "t", "SendSingle": true}}
+		},
+		"ENABLECACHE": func(r *ruleDef) {
+			r.Actions[2] = map[string]any{"rocketmq_ack": map[string]any{"ENABLECACHE": true}}
 		},
 		// A wrapped sink that returns before its rows are durable.
 		"after.file": func(r *ruleDef) {
@@ -427,6 +454,19 @@ func TestSplitRows(t *testing.T) {
 		if got := len(rows); (want < 0 && ok) || (want >= 0 && (!ok || got != want)) {
 			t.Errorf("%q: %d rows, ok %v; want %d", in, got, ok, want)
 		}
+	}
+	// eKuiper's decoder (fastjson) refuses more than 300 levels of nesting,
+	// which encoding/json accepts: such a row was handed over, dropped by
+	// eKuiper and acked by progress.
+	deep := strings.Repeat(`{"a":`, 301) + "1" + strings.Repeat("}", 301)
+	if _, ok := splitRows([]byte(deep), true); ok {
+		t.Error("a row nested 301 levels deep passes as decodable")
+	}
+	if _, ok := splitRows([]byte("["+deep+"]"), true); ok {
+		t.Error("an array element nested 301 levels deep passes as decodable")
+	}
+	if rows, ok := splitRows([]byte(strings.Repeat(`{"a":`, 299)+"1"+strings.Repeat("}", 299)), true); !ok || len(rows) != 1 {
+		t.Error("a row nested 299 levels deep is refused")
 	}
 	if rows, ok := splitRows([]byte("a,b"), false); !ok || len(rows) != 1 {
 		t.Errorf("another format: %d rows, ok %v", len(rows), ok)
@@ -810,5 +850,55 @@ func TestLedgerHeldUntilConfirmed(t *testing.T) {
 	}
 	if n, _ := l.confirm(ctx); n != 0 {
 		t.Fatalf("confirm after detach acked %d", n)
+	}
+}
+
+// TestSinkRefusesRowsWithoutSeqBeforeSending: an acking sink whose rows
+// carry no rocketmq_seq fails the call before it sends anything (it sent
+// the rows and then failed, so each retry of the call sent them again).
+func TestSinkRefusesRowsWithoutSeqBeforeSending(t *testing.T) {
+	fake, err := rmqfake.New(rmqfake.Addr("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Stop()
+	if err := fake.CreateTopic("out", rmqfake.TopicNormal); err != nil {
+		t.Fatal(err)
+	}
+	s, err := rmqflow.NewSink(t.Context(), rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: fake.Addr()}, Topic: "out"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	l := &ledger{key: ledgerKey{"r", 1}, marks: map[string]int64{}, now: time.Now}
+	acker := &fakeAcker{}
+	if err := l.attach(new(int), acker, 1); err != nil {
+		t.Fatal(err)
+	}
+	l.join("s")
+	k := &sink{s: s, ack: &ackPart{led: l, name: "s"}}
+	mctx := mockContext.NewMockContext("r", "op")
+	l.add(rmqflow.ReceiptHandle{MessageID: "a"}, 1, false)
+	if err := k.write(mctx, []map[string]any{{"n": 1}, {"n": 2}}); !errors.Is(err, errNoSeq) {
+		t.Fatalf("rows without %s: %v, want errNoSeq", MetaSeq, err)
+	}
+	if sent := fake.Stats().Topics["out"].Sent; sent != 0 {
+		t.Fatalf("the refused call stored %d messages", sent)
+	}
+	// The refusal is a failure to the ledger: the idle check acks nothing,
+	// the message is left to come back.
+	if n, err := l.settleIdle(t.Context(), 1); n != 0 || err != nil {
+		t.Fatalf("idle settle after the refusal: %d, %v", n, err)
+	}
+	// A row with its seq goes out (the check is not a refusal of all rows).
+	seq := l.add(rmqflow.ReceiptHandle{MessageID: "b"}, 1, false)[0]
+	if err := k.write(mctx, []map[string]any{{"n": 1, MetaSeq: seq}}); err != nil {
+		t.Fatalf("a row with its seq: %v", err)
+	}
+	if sent := fake.Stats().Topics["out"].Sent; sent != 1 {
+		t.Fatalf("%d messages stored for one row, want 1", sent)
+	}
+	if st := acker.state(); !strings.Contains(st, "left [a]") {
+		t.Fatalf("after the refusal: %s, want a left to come back", st)
 	}
 }

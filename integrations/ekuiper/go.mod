@@ -6,6 +6,7 @@ require (
 	github.com/lf-edge/ekuiper/contract/v2 v2.3.1
 	github.com/lf-edge/ekuiper/v2 v2.4.0
 	github.com/rmqflow/rmqflow v0.0.0
+	github.com/valyala/fastjson v1.6.4
 )
 
 require (
@@ -304,7 +305,6 @@ require (
 	github.com/ugorji/go/codec v1.2.12 // indirect
 	github.com/urfave/cli v1.22.16 // indirect
 	github.com/utahta/go-cronowriter v1.2.0 // indirect
-	github.com/valyala/fastjson v1.6.4 // indirect
 	github.com/vertica/vertica-sql-go v1.3.3 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect

@@ -1,6 +1,7 @@
 package rmqkuiper
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,7 @@ func (e *RuleError) Error() string {
 type ruleDef struct {
 	ID      string           `json:"id"`
 	SQL     string           `json:"sql"`
+	Graph   json.RawMessage  `json:"graph"`
 	Actions []map[string]any `json:"actions"`
 	Options struct {
 		IsEventTime              bool `json:"isEventTime"`
@@ -80,12 +82,31 @@ func sqlTokens(sql string) []string {
 			out = append(out, strings.ToLower(string(r[i+1:min(j, len(r))])))
 			i = j + 1
 		case c == '"' || c == '\'':
-			j := i + 1
-			for j < len(r) && r[j] != c {
-				if r[j] == '\\' {
+			// As eKuiper's scanner (xsql.Scanner.ScanString): a backslash
+			// makes the next character literal, and after \' in a single-
+			// quoted string the character after the quote is literal too.
+			single := c == '\''
+			j, escape := i+1, false
+		str:
+			for j < len(r) {
+				switch ch := r[j]; {
+				case ch == '"' && !escape:
+					if !single {
+						break str
+					}
+					j++
+				case ch == '\'' && !escape && single:
+					break str
+				case ch == '\\' && !escape:
+					escape = true
+					j++
+					if j < len(r) && r[j] == '\'' && single {
+						j++ // taken with the backslash; escape stays set
+					}
+				default:
+					escape = false
 					j++
 				}
-				j++
 			}
 			out = append(out, "'")
 			i = j + 1
@@ -232,6 +253,11 @@ func heldBack(c sourceConf, fifoGroup bool) string {
 func checkRule(r ruleDef, held string) (int, error) {
 	fail := func(format string, args ...any) (int, error) {
 		return 0, &RuleError{Rule: r.ID, Reason: fmt.Sprintf(format, args...)}
+	}
+	if g := bytes.TrimSpace(r.Graph); len(g) > 0 && !bytes.Equal(g, []byte("null")) {
+		// A graph's nodes are named by its author: the topology check
+		// could not tell a window node from a filter.
+		return fail("a rule defined by a graph is not checked: define it with SQL")
 	}
 	o := r.Options
 	if !o.DisableBufferFullDiscard {

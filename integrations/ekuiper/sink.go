@@ -89,9 +89,22 @@ func parseSink(m map[string]any) (sinkConf, []string, error) {
 	return c, p.unknown(commonSinkKeys), nil
 }
 
+// guardedActionKeys are the eKuiper action options ackingActionKeys reads.
+var guardedActionKeys = []string{"sendSingle", "enableCache", "runAsync", "concurrency", "batchSize", "lingerInterval", "dataTemplate", "dataField", "fields"}
+
 // ackingActionKeys refuses the eKuiper action options under which an acking
 // sink could ack a row it did not deliver, or report progress out of order.
 func ackingActionKeys(p *props) {
+	// eKuiper reads sink options in any capitalisation (mapstructure);
+	// these checks read them as eKuiper documents them. Another spelling
+	// of a guarded option would pass unseen: refuse it.
+	for k := range p.m {
+		for _, o := range guardedActionKeys {
+			if k != o && strings.EqualFold(k, o) {
+				p.fail(k, "write eKuiper's option %s exactly so (eKuiper reads it in any capitalisation; the acking checks read it as written)", o)
+			}
+		}
+	}
 	if p.boolean("sendSingle") {
 		p.fail("sendSingle", "an acking sink takes the rows of one result together (a window's groups): leave sendSingle false")
 	}
@@ -222,6 +235,12 @@ func (k *sink) write(ctx api.StreamContext, rows []map[string]any) error {
 		}
 		return errNotConnected
 	}
+	if err := ack.check(rows); err != nil {
+		// Before sending (a retried call would send the rows again), and
+		// failed in the ledger: the rule's messages are left to come back,
+		// lest the idle check or a later delivery ack them unsent.
+		return ack.settle(ctx, rows, err)
+	}
 	recs := make([]rmqflow.Record, 0, len(rows))
 	for _, row := range rows {
 		rec, err := k.record(ctx, row)
@@ -332,6 +351,20 @@ func (a *ackPart) close() {
 // it cannot tell what they cover.
 var errNoSeq = errors.New("the rows carry no " + MetaSeq + ": select meta(" + MetaSeq + ") AS " + MetaSeq +
 	" (max(meta(" + MetaSeq + ")) AS " + MetaSeq + " in a window) or set the rule option sendMetaToSink, and keep it through fields and templates")
+
+// check refuses, before anything is sent, rows that cannot settle: none
+// carries a rocketmq_seq while a rocketmq source feeds the run.
+func (a *ackPart) check(rows []map[string]any) error {
+	if a == nil || len(rows) == 0 || !a.led.hasSource() {
+		return nil
+	}
+	for _, r := range rows {
+		if _, ok := rowSeq(r); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("rocketmq: %w", errNoSeq)
+}
 
 // settle tells the ledger how a call's rows went and returns the call's
 // result: failure itself, or an ack failure after a success (the rows were

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lf-edge/ekuiper/contract/v2/api"
+	"github.com/valyala/fastjson"
 
 	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/client"
@@ -516,7 +517,7 @@ func splitRows(b []byte, split bool) ([][]byte, bool) {
 	}
 	switch t[0] {
 	case '{':
-		if !json.Valid(t) {
+		if !decodable(t) {
 			return nil, false
 		}
 		return [][]byte{t}, true
@@ -531,7 +532,7 @@ func splitRows(b []byte, split bool) ([][]byte, bool) {
 		rows := make([][]byte, len(elems))
 		for i, e := range elems {
 			e = bytes.TrimSpace(e)
-			if len(e) == 0 || e[0] != '{' {
+			if len(e) == 0 || e[0] != '{' || !decodable(e) {
 				return nil, false
 			}
 			rows[i] = e
@@ -539,6 +540,16 @@ func splitRows(b []byte, split bool) ([][]byte, bool) {
 		return rows, true
 	}
 	return nil, false
+}
+
+// decodable reports whether eKuiper's JSON decoder (fastjson) takes row: it
+// refuses more than fastjson.MaxDepth levels of nesting, which Go's
+// json.Valid allows; such a row would be dropped by eKuiper and then acked
+// by progress, unprocessed.
+func decodable(row []byte) bool {
+	var p fastjson.Parser
+	_, err := p.ParseBytes(row)
+	return err == nil
 }
 
 // Close stops ingesting and gives back what the rule had not settled.

@@ -43,6 +43,7 @@ type target struct {
 	mode     rmqflow.Mode
 	group    func(t *testing.T, name string) string
 	tune     func(*rmqwatermill.SubscriberConfig)
+	fake     *rmqfake.Server // nil on the real broker
 }
 
 func (tg *target) publisher(t *testing.T) *rmqwatermill.Publisher {
@@ -114,7 +115,7 @@ func fakeTarget(t *testing.T, mode rmqflow.Mode) *target {
 		}
 		return name
 	}
-	return &target{endpoint: s.Addr(), mode: mode, group: group}
+	return &target{endpoint: s.Addr(), mode: mode, group: group, fake: s}
 }
 
 // realTarget is the real broker in lite mode: the suite's consumer groups

@@ -95,7 +95,10 @@ func (d DefaultMarshaler) Unmarshal(m *rmqflow.AckableMessage[[]byte]) (*message
 	}
 	msg := message.NewMessage(uuid, m.Value)
 	for k, v := range meta.Properties {
-		if k != UUIDProperty {
+		// A producer's property named like the delivery's metadata
+		// (rocketmq_dead_lettered, rocketmq_lite_topic, ...) must not pass
+		// for it.
+		if k != UUIDProperty && !rmqflow.IsAttribute(k) {
 			msg.Metadata.Set(k, v)
 		}
 	}

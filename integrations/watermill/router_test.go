@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/rmqflow/rmqflow"
+	rmqwatermill "github.com/rmqflow/rmqflow/integrations/watermill"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 )
 
@@ -25,21 +26,7 @@ func TestRouterRetryAndPoisonQueue(t *testing.T) {
 	rmqtest.CheckGoroutines(t)
 	tg := fakeTarget(t, rmqflow.ModeLite)
 	group := tg.group(t, "router-g")
-	orders, poison := rmqtest.Unique("orders"), rmqtest.Unique("poison")
-	pub := tg.publisher(t)
-	defer pub.Close()
-	sub := tg.subscriber(t, group)
-	defer sub.Close()
-
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pq, err := middleware.PoisonQueue(pub, poison)
-	if err != nil {
-		t.Fatal(err)
-	}
-	router.AddMiddleware(pq, middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware)
+	router, pub, sub, orders, poison := poisonRouter(t, tg, group)
 
 	var mu sync.Mutex
 	runs := map[string]int{}
@@ -101,4 +88,79 @@ func TestRouterRetryAndPoisonQueue(t *testing.T) {
 	if runs["ok"] != 1 || runs["flaky"] != 2 || runs["bad"] != 3 {
 		t.Fatalf("handler runs %v; want ok 1, flaky 2 (one in-process retry), bad 3 (two retries, then the poison queue)", runs)
 	}
+}
+
+// TestRouterCloseDoesNotPoisonInFlight: the Router of docs/watermill.md is
+// closed while its handler holds a message and waits on the message's
+// context, which Close cancels (Watermill's contract). The handler returns
+// the context's error; Retry gives up; PoisonQueue publishes on that
+// cancelled context. The publish must store nothing (before, the Sink
+// accepted the record and the publish reported the context's error: the
+// message was both in the poison topic and nacked), and the message must come
+// back to the group: a healthy message is neither poisoned nor lost because
+// the process stopped.
+func TestRouterCloseDoesNotPoisonInFlight(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	tg := fakeTarget(t, rmqflow.ModeLite)
+	group := tg.group(t, "router-close-g")
+	router, pub, sub, orders, poison := poisonRouter(t, tg, group)
+	entered := make(chan struct{})
+	var once sync.Once
+	router.AddNoPublisherHandler("orders", orders, sub, func(m *message.Message) error {
+		once.Do(func() { close(entered) })
+		<-m.Context().Done()
+		return m.Context().Err()
+	})
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(context.Background()) }()
+	<-router.Running()
+	publish(t, pub, orders, "in-flight")
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler never got the message")
+	}
+	if err := router.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-routerDone; err != nil {
+		t.Fatal(err)
+	}
+	if lt, ok := tg.fake.Stats().Topics[wmTopic].LiteTopics[poison]; ok && lt.Stored+lt.Acked+lt.InFlight+lt.Backlog > 0 {
+		t.Fatalf("the poison topic got the in-flight message: %+v", lt)
+	}
+	again := tg.subscriber(t, group)
+	defer again.Close()
+	ch, err := again.Subscribe(ctxT(t), orders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := receive(t, ch, 30*time.Second)
+	if string(m.Payload) != "in-flight" {
+		t.Fatalf("got %q, want the message the closed router held", m.Payload)
+	}
+	m.Ack()
+}
+
+// poisonRouter is the Router of docs/watermill.md on tg: Retry (2 retries)
+// inside PoisonQueue, which publishes to a fresh poison lite topic; it
+// returns the router, its publisher, a subscriber of group and the orders
+// and poison topic names. The publisher and subscriber close when the test ends.
+func poisonRouter(t *testing.T, tg *target, group string) (*message.Router, *rmqwatermill.Publisher, *rmqwatermill.Subscriber, string, string) {
+	t.Helper()
+	orders, poison := rmqtest.Unique("orders"), rmqtest.Unique("poison")
+	pub := tg.publisher(t)
+	t.Cleanup(func() { _ = pub.Close() })
+	sub := tg.subscriber(t, group)
+	t.Cleanup(func() { _ = sub.Close() })
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := middleware.PoisonQueue(pub, poison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddMiddleware(pq, middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware)
+	return router, pub, sub, orders, poison
 }

@@ -381,3 +381,24 @@ func TestUndecodableReachesDeadLetter(t *testing.T) {
 		t.Fatal("the undecodable message never reached DeadLetter, though the one behind it was handled")
 	}
 }
+
+// TestReservedPropertiesNotMetadata: a producer's properties named like the
+// delivery's metadata (rocketmq_dead_lettered, rocketmq_lite_topic,
+// rocketmq_handle) do not reach the message's metadata: they would pass for
+// the broker's word.
+func TestReservedPropertiesNotMetadata(t *testing.T) {
+	m := &rmqflow.AckableMessage[[]byte]{Value: []byte("x"), Meta: rmqflow.Metadata{Topic: "t", MessageID: "id1", DeliveryAttempt: 1,
+		Properties: map[string]string{"rocketmq_dead_lettered": "true", "rocketmq_lite_topic": "other", "rocketmq_handle": "{}", "kept": "yes", "rocketmq_TRANSACTION_ID": "t1"}}}
+	msg, err := rmqwatermill.DefaultMarshaler{}.Unmarshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"rocketmq_dead_lettered", "rocketmq_lite_topic", "rocketmq_handle"} {
+		if v := msg.Metadata.Get(k); v != "" {
+			t.Errorf("metadata %s = %q from a producer's property", k, v)
+		}
+	}
+	if msg.Metadata.Get("kept") != "yes" || msg.Metadata.Get("rocketmq_topic") != "t" || msg.Metadata.Get("rocketmq_TRANSACTION_ID") != "t1" {
+		t.Errorf("metadata %v: want the user property kept and the delivery's own", msg.Metadata)
+	}
+}

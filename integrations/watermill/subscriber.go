@@ -230,8 +230,11 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		case <-s.closing:
 		case <-ended:
 		}
-		beginClose() // no more handing out; message contexts end
+		// Run's ctx first: a message given back (or nacked) once its
+		// context ends is then given back during the shutdown, where no
+		// safety valve fires; in between, one could dead-letter it unworked.
 		stop()       // the runner releases what it holds and shuts down
+		beginClose() // no more handing out; message contexts end
 	}()
 	return sub.out, nil
 }
