@@ -564,7 +564,8 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 			d.holdBack(ctx, m, hold)
 			d.r.returns.add(m.Meta.MessageID)
 		default:
-			switch out, until := d.process(ctx, m); out {
+			var ended time.Time
+			switch out, until := d.process(ctx, m, &ended); out {
 			case outAck:
 				if d.r.cfg.PipelineAcks {
 					// The key goes on at once; the answer only settles m.
@@ -578,7 +579,7 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 				return
 			case outBlocked:
 				d.r.returns.add(m.Meta.MessageID)
-				d.blockLocked(st, m, seq, until)
+				d.blockLocked(st, m, seq, ended, until)
 			}
 		}
 		d.settled()
@@ -593,12 +594,12 @@ func (d *dispatcher[T]) ordered(k string, m *AckableMessage[T]) bool {
 	return strings.HasPrefix(k, "l:") || d.r.src.fifoGroup(m.Handle.Group)
 }
 
-// blockLocked holds st back behind m, which ended unacked and is due back at
-// until. It takes d.mu.
-func (d *dispatcher[T]) blockLocked(st *keyState[T], m *AckableMessage[T], seq uint64, until time.Time) {
+// blockLocked holds st back behind m, which ended unacked at since (before
+// any deferral of it was sent) and is due back at until. It takes d.mu.
+func (d *dispatcher[T]) blockLocked(st *keyState[T], m *AckableMessage[T], seq uint64, since, until time.Time) {
 	now := d.r.now()
 	d.mu.Lock()
-	d.setBlock(st, m, seq, now, until)
+	d.setBlock(st, m, seq, now, since, until)
 	d.mu.Unlock()
 }
 
@@ -607,11 +608,11 @@ func (d *dispatcher[T]) blockLocked(st *keyState[T], m *AckableMessage[T], seq u
 // message of a key is the one it waits for. (Without PipelineAcks a key has
 // one message unresolved at a time, and st is never blocked here.) Call it
 // with d.mu held.
-func (d *dispatcher[T]) setBlock(st *keyState[T], m *AckableMessage[T], seq uint64, now, until time.Time) {
+func (d *dispatcher[T]) setBlock(st *keyState[T], m *AckableMessage[T], seq uint64, now, since, until time.Time) {
 	if b := st.block; b != nil && b.seq < seq && !now.After(b.expire) {
 		return
 	}
-	st.block = &keyBlock{head: m.Meta.MessageID, seq: seq, since: now, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
+	st.block = &keyBlock{head: m.Meta.MessageID, seq: seq, since: since, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
 }
 
 // acked is the completion of m's ack, on the goroutine that completed it:
@@ -625,7 +626,8 @@ func (d *dispatcher[T]) acked(k string, st *keyState[T], m *AckableMessage[T], s
 		d.r.src.log.Warn("rmqflow: runner could not ack a message; it will be delivered again, and its lite topic waits for it",
 			"handle", m.Handle.String(), "err", err)
 		d.r.returns.add(m.Meta.MessageID)
-		d.blockLocked(st, m, seq, d.r.now())
+		now := d.r.now()
+		d.blockLocked(st, m, seq, now, now)
 	} else {
 		d.r.returns.forget(m.Meta.MessageID)
 	}
@@ -655,7 +657,7 @@ func (d *dispatcher[T]) ackedPipelined(k string, m *AckableMessage[T], seq uint6
 			st = &keyState[T]{}
 			d.keys[k] = st
 		}
-		d.setBlock(st, m, seq, now, now)
+		d.setBlock(st, m, seq, now, now, now)
 		d.mu.Unlock()
 		// Logged once the block is in place: a reader of the log (and
 		// TestRunnerPipelineAcksFailedAck) may rely on it.
@@ -697,9 +699,15 @@ const (
 )
 
 // process admits, handles and settles m, all but its ack: it reports outAck
-// for the caller to send. For outBlocked, until is when m is due back.
-func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (out outcome, until time.Time) {
+// for the caller to send. For outBlocked, until is when m is due back, and
+// *ended when it ended here, before any deferral of it was sent: a return
+// of m may be received as soon as its deferral took effect, before the
+// deferral's answer (the head-is-back check of runKey compares with it;
+// taking the time after the answer held a deferred message back behind
+// itself: TestRunnerDeferReasons counted a hold-back under load).
+func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T], ended *time.Time) (out outcome, until time.Time) {
 	r := d.r
+	*ended = r.now()
 	// actx bounds the admission and the deferrals: made only for a message
 	// that may need it, not for a plain ack (a timer per message).
 	var actx context.Context
@@ -722,6 +730,7 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T]) (out 
 		}
 	}
 	dec, err := d.call(ctx, m)
+	*ended = r.now()
 	if err == nil && dec.kind == DecisionNone {
 		err = ErrNoDecision
 	}
