@@ -757,7 +757,9 @@ func TestAckPoolWithoutResolverMixesEntries(t *testing.T) {
 // first); without a resolver every entry has one identity and overlap is
 // harmless.
 func TestAckPoolOverlappingEntriesWithResolverRefused(t *testing.T) {
-	resolver := func(string) (client.Credentials, error) { return client.Credentials{AccessKey: "ak", AccessSecret: "s"}, nil }
+	resolver := func(string) (client.Credentials, error) {
+		return client.Credentials{AccessKey: "ak", AccessSecret: "s"}, nil
+	}
 	cfg := AckPoolConfig{Name: "overlap", Credentials: resolver, AllowedEndpoints: []string{"127.0.0.1:7001;127.0.0.1:7002", "127.0.0.1:07002"}}
 	var oe *OptionError
 	if err := cfg.Validate(); !errors.As(err, &oe) || oe.Option != "AllowedEndpoints" || !strings.Contains(err.Error(), "127.0.0.1:7002") {
