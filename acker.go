@@ -91,6 +91,22 @@ func (a *Acker) Release(ctx context.Context, h ReceiptHandle) error {
 	return err
 }
 
+// DeadLetter moves the message to its group's dead-letter queue on the
+// broker, %DLQ%<group> (ForwardMessageToDeadLetterQueue): the broker stores
+// a copy there, where it can be read back, and acks the delivery. It ends
+// the message's lease, if any. On RocketMQ 5.5.0 a lite message's copy is
+// dispatched into its lite topic again (docs/broker-semantics.md, scenario
+// g). ctx bounds the call.
+func (a *Acker) DeadLetter(ctx context.Context, h ReceiptHandle) error {
+	return a.forwardToDeadLetterQueue(ctx, h, h.DeliveryAttempt, 0)
+}
+
+func (a *Acker) forwardToDeadLetterQueue(ctx context.Context, h ReceiptHandle, attempt, maxAttempts int32) error {
+	a.pending.begin()
+	defer a.pending.end()
+	return a.pool.s.forwardToDeadLetterQueue(ctx, h, attempt, maxAttempts)
+}
+
 // Leave ends the message's lease, if any, and sends nothing: the message
 // comes back to its group when its current invisibility ends. Without a
 // lease it does nothing.

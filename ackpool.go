@@ -643,6 +643,35 @@ func (p *ackPool) changeInvisibleRaw(ctx context.Context, h ReceiptHandle, d tim
 	return h, nil
 }
 
+// forwardToDeadLetterQueue moves the delivery h names to its group's
+// dead-letter queue on the broker (%DLQ%<group>): the proxy stores a copy
+// there and acks h. It ends the delivery's lease, if any, and uses its
+// newest handle. attempt and maxAttempts are informative (the 5.5.0 proxy
+// ignores them). ctx bounds the call.
+func (p *ackPool) forwardToDeadLetterQueue(ctx context.Context, h ReceiptHandle, attempt, maxAttempts int32) error {
+	if err := p.check(h); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return notSent(err)
+	}
+	h, err := p.endLease(ctx, h)
+	if err != nil {
+		return err
+	}
+	ac, err := p.client(h.Endpoints, h.Namespace)
+	if err != nil {
+		return err
+	}
+	if err := ac.ensureSession(ctx, h.Topic); err != nil {
+		return err
+	}
+	return ac.c.ForwardToDeadLetterQueue(ctx, client.DeadLetterRequest{
+		Group: h.Group, Topic: h.Topic, MessageID: h.MessageID, ReceiptHandle: h.Handle,
+		LiteTopic: h.LiteTopic, DeliveryAttempt: attempt, MaxDeliveryAttempts: maxAttempts,
+	})
+}
+
 // AckPoolStats counts what a pool did since it was created.
 type AckPoolStats struct {
 	// Acks is the number of acks completed by an RPC (any outcome).

@@ -99,8 +99,11 @@ func TestMetricsAsDocumented(t *testing.T) {
 		x.deferred(ctx, r)
 	}
 	for _, v := range doc[MetricDeadLettered].values["valve"] {
-		x.deadLettered(ctx, v)
+		for _, to := range doc[MetricDeadLettered].values["to"] {
+			x.deadLettered(ctx, v, to)
+		}
 	}
+	x.deadLetterRisk(ctx)
 	for _, kind := range []string{"queue", "lease"} {
 		x.renewed(ctx, kind, nil)
 		x.renewed(ctx, kind, errors.New("gone"))
@@ -185,7 +188,7 @@ func TestMetricsAsDocumented(t *testing.T) {
 		}
 	}
 	for _, name := range []string{MetricFetched, MetricEmitted, MetricDecodeFailed, MetricReceiveLatency, MetricQueueDepth,
-		MetricAcks, MetricAckBatchSize, MetricDefers, MetricRenewals, MetricSends, MetricDeadLettered, MetricReleased, MetricMalformed} {
+		MetricAcks, MetricAckBatchSize, MetricDefers, MetricRenewals, MetricSends, MetricDeadLettered, MetricDeadLetterRisk, MetricReleased, MetricMalformed} {
 		if _, ok := doc[name]; !ok {
 			t.Errorf("constant %s is not in docs/metrics.md", name)
 		}

@@ -24,6 +24,7 @@ const (
 	MetricRenewals       = "rmqflow.renewals"
 	MetricSends          = "rmqflow.sink.sends"
 	MetricDeadLettered   = "rmqflow.runner.dead_lettered"
+	MetricDeadLetterRisk = "rmqflow.runner.dead_letter_risk"
 )
 
 // unitMessages is the unit of every instrument that counts messages (UCUM
@@ -41,6 +42,7 @@ type metrics struct {
 	renewalsC  metric.Int64Counter
 	sendsC     metric.Int64Counter
 	deadC      metric.Int64Counter
+	riskC      metric.Int64Counter
 	queueGauge metric.Int64ObservableGauge
 	meter      metric.Meter
 }
@@ -61,7 +63,8 @@ func newMetrics(m metric.Meter) *metrics {
 	x.defersC, _ = m.Int64Counter(MetricDefers, metric.WithUnit(unitMessages), metric.WithDescription("messages deferred by a throttle"))
 	x.renewalsC, _ = m.Int64Counter(MetricRenewals, metric.WithUnit("{renewal}"), metric.WithDescription("invisibility renewals by kind (queue, lease) and outcome"))
 	x.sendsC, _ = m.Int64Counter(MetricSends, metric.WithUnit(unitMessages), metric.WithDescription("messages sent by sinks, by outcome"))
-	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner gave up on, by the safety valve that fired"))
+	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner gave up on, by the safety valve that fired and where they went"))
+	x.riskC, _ = m.Int64Counter(MetricDeadLetterRisk, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner held back behind their lite topic's head after the deliveries their group allows: the broker may dead-letter them"))
 	return x
 }
 
@@ -128,6 +131,10 @@ func (x *metrics) sent(ctx context.Context, err error) {
 	x.sendsC.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 }
 
-func (x *metrics) deadLettered(ctx context.Context, valve string) {
-	x.deadC.Add(ctx, 1, metric.WithAttributes(attribute.String("valve", valve)))
+func (x *metrics) deadLettered(ctx context.Context, valve, to string) {
+	x.deadC.Add(ctx, 1, metric.WithAttributes(attribute.String("valve", valve), attribute.String("to", to)))
+}
+
+func (x *metrics) deadLetterRisk(ctx context.Context) {
+	x.riskC.Add(ctx, 1)
 }

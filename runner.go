@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -19,9 +20,10 @@ type Handler[T any] func(ctx context.Context, m *AckableMessage[T]) (Decision, e
 type ErrorPolicy int
 
 const (
-	// ErrorDefer defers the message with exponential backoff by delivery
-	// attempt (ErrorBackoff × 2^(attempt-1), at most ErrorBackoffMax). The
-	// default.
+	// ErrorDefer defers the message with exponential backoff by its own
+	// delivery count (ErrorBackoff × 2^(n-1), at most ErrorBackoffMax, where
+	// n is 1 + the returns decided for the message so far: see
+	// ThrottleConfig). The default.
 	ErrorDefer ErrorPolicy = iota
 	// ErrorLeave does nothing on the broker: the message comes back when
 	// its invisibility ends. Leaving counts toward RunnerConfig.ErrorValves
@@ -77,13 +79,18 @@ type RunnerConfig struct {
 	// ErrorBackoff and ErrorBackoffMax shape ErrorDefer. Defaults 1 s, 10 min.
 	ErrorBackoff    time.Duration
 	ErrorBackoffMax time.Duration
-	// ErrorValves are the safety valves of every deferral the runner makes
-	// (a failed handler under ErrorDefer, a handler's Defer or Release),
-	// with the fields and defaults of the throttle's: once a message has
-	// reached MaxDeliveryAttempt, was deferred MaxDefers times by this
-	// runner, or is older than MaxDeferredAge, it is dead-lettered (see
-	// Runner.SetDeadLetter) instead of deferred again, so that no message
-	// loops for ever. MaxDeferDuration caps each deferral.
+	// ErrorValves are the safety valves of every return the runner makes
+	// (a failed handler, a handler's Defer, Release or Leave), with the
+	// fields and defaults of the throttle's: once a message's own returns
+	// reach MaxDeliveryAttempt (lowered to the group's limit; see
+	// ThrottleConfig) or MaxDefers, or it is older than MaxDeferredAge, it
+	// is given up on instead of returned again, so that no message loops
+	// for ever: handed to the dead-letter function (Runner.SetDeadLetter),
+	// or else sent where ErrorValves.OnValve says — by default the group's
+	// dead-letter queue on the broker; acked (dropped) only with ValveAck.
+	// A message is judged by its own returns only: being held back behind
+	// an earlier message of its lite topic, or a failed ack, does not count.
+	// MaxDeferDuration caps each deferral.
 	ErrorValves ThrottleConfig
 	// Shutdown is ShutdownRelease (default) or ShutdownFinish.
 	Shutdown ShutdownMode
@@ -171,7 +178,8 @@ func (c RunnerConfig) validate() error {
 
 // DeadLetterFunc parks a message that the runner gives up on: its handler
 // kept failing (or deferring) until a safety valve of RunnerConfig.ErrorValves
-// fired. cause is the handler's last error (or names the valve when the
+// fired. DeadLetterToSink makes one that writes the message to a topic of
+// your own. cause is the handler's last error (or names the valve when the
 // handler deferred). Returning nil acks the message; an error (or a panic,
 // recovered) keeps it: the runner defers it by ErrorBackoffMax (at most
 // ErrorValves.MaxDeferDuration), and when it comes back the handler runs
@@ -221,7 +229,10 @@ type Runner[T any] struct {
 	// returns counts, per message id, the deliveries the runner gave back
 	// (deferred, released, left, held back, or whose ack failed) and has not
 	// acked since: each one brings the message back once more, whatever
-	// attempt the broker reports (see valves.firedAfter).
+	// attempt the broker reports. The valves do not read it (a message is
+	// judged by its own returns: valves.defers); it tells when the broker
+	// may dead-letter a message held back behind its lite topic's head
+	// (warnDeadLetterRisk).
 	returns *deferTracker
 	now     func() time.Time
 	held    atomic.Int64 // messages taken from the source and not yet settled
@@ -230,11 +241,12 @@ type Runner[T any] struct {
 // SetThrottle makes the runner admit every message through t before its
 // handler (Throttle.Admit): a message the policy defers is deferred and never
 // reaches the handler, so a hot lite topic cannot take the workers from the
-// others. Call it before Run.
+// others. A message the throttle's valves no longer let it defer is admitted
+// and handled. Call it before Run.
 //
 // The throttle's MaxDeliveryAttempt valve is then lowered to the group's own
 // limit (from the broker's settings) when that is smaller, as the runner's
-// own is, so that a valve acks before the broker dead-letters.
+// own is, and it counts the runner's returns of a message with its own.
 func (r *Runner[T]) SetThrottle(t *Throttle[T]) {
 	if t != nil && t.valves.groupMax == nil {
 		t.valves.groupMax = r.src.groupMaxAttempts
@@ -243,9 +255,12 @@ func (r *Runner[T]) SetThrottle(t *Throttle[T]) {
 }
 
 // SetDeadLetter sets what happens to a message the runner gives up on (see
-// RunnerConfig.ErrorValves). Without it, such a message is logged at ERROR
-// level (its handle, never its body), counted in rmqflow.runner.dead_lettered,
-// and acked: dropped. Call it before Run.
+// RunnerConfig.ErrorValves): f parks it, and the runner acks it once f
+// returned nil. Without it, such a message goes where
+// RunnerConfig.ErrorValves.OnValve says: by default the group's dead-letter
+// queue on the broker, never acked unless OnValve is ValveAck. Either way it
+// is logged (its handle, never its body) and counted in
+// rmqflow.runner.dead_lettered. Call it before Run.
 func (r *Runner[T]) SetDeadLetter(f DeadLetterFunc[T]) { r.deadLetter = f }
 
 // NewRunner builds a runner over src, which must not have started yet. Run
@@ -385,12 +400,20 @@ pull:
 	switch r.cfg.Shutdown {
 	case ShutdownFinish:
 		r.src.Drain()
+	finish:
 		for {
+			// The token first: a message is taken from the source only
+			// when there is room for it, so none is held outside both.
+			select {
+			case d.buffered <- struct{}{}:
+			case <-sctx.Done():
+				break finish
+			}
 			m, err := r.src.Next(sctx)
 			if err != nil {
+				<-d.buffered
 				break
 			}
-			d.buffered <- struct{}{}
 			d.enqueue(m)
 		}
 	default:
@@ -398,6 +421,10 @@ pull:
 	}
 	// Wait for the handlers in flight and the acks pending.
 	d.waitIdle(sctx)
+	if r.cfg.Shutdown == ShutdownFinish && sctx.Err() != nil {
+		// Out of time: what was fetched and not started goes back.
+		unstarted = d.takeUnstarted()
+	}
 	if len(unstarted) > 0 {
 		// Released only now, right before the source closes: a message
 		// visible again while the source still polls would be received
@@ -558,9 +585,11 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 		d.mu.Unlock()
 		switch {
 		case leave:
+			d.warnDeadLetterRisk(ctx, m)
 			d.leave(m)
 			d.r.returns.add(m.Meta.MessageID)
 		case hold >= 0:
+			d.warnDeadLetterRisk(ctx, m)
 			d.holdBack(ctx, m, hold)
 			d.r.returns.add(m.Meta.MessageID)
 		default:
@@ -669,6 +698,27 @@ func (d *dispatcher[T]) ackedPipelined(k string, m *AckableMessage[T], seq uint6
 	d.settled()
 }
 
+// warnDeadLetterRisk logs and counts m, about to be returned only because an
+// earlier message of its lite topic (or message group) has not come back,
+// when that return may spend the last delivery the broker allows it: the
+// broker may then dead-letter it although it did not fail here. Its
+// delivery count on the broker is at least the larger of its attempt and
+// the runner's count of its returns + 1 (the lite attempt restarts at 1 when
+// a batch holds a new message: docs/broker-semantics.md, scenario e).
+func (d *dispatcher[T]) warnDeadLetterRisk(ctx context.Context, m *AckableMessage[T]) {
+	limit := d.r.src.groupMaxAttempts(m.Handle.Group)
+	if limit <= 0 {
+		return
+	}
+	n := max(m.Meta.DeliveryAttempt, int32(min(d.r.returns.count(m.Meta.MessageID), math.MaxInt32-1))+1)
+	if n < limit {
+		return
+	}
+	d.r.src.metrics.deadLetterRisk(ctx)
+	d.r.src.log.Warn("rmqflow: runner holds a message back behind an earlier one of its lite topic that has not come back, and it has had the deliveries its group allows: the broker may move it to the dead-letter queue although it has not failed here (raise the group's retry limit: docs/grpc-connector.md, \"Sizing a lite group's retry limit\")",
+		"handle", m.Handle.String(), "deliveries", n, "group_max_deliveries", limit)
+}
+
 // minHoldBack is the shortest deferral of a message held back behind its
 // key's unacked head: long enough for the head to come back first.
 const minHoldBack = time.Second
@@ -715,7 +765,7 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T], ended
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancel()
 		actx = tctx
-		act, delay, err := r.throttle.apply(actx, m, r.returns.count(m.Meta.MessageID))
+		act, delay, err := r.throttle.apply(actx, m, r.valves.deferrals(m.Meta.MessageID))
 		switch act {
 		case actDeferred:
 			return outBlocked, r.now().Add(delay)
@@ -758,11 +808,14 @@ func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T], ended
 	return d.deferOrDeadLetter(actx, ctx, m, dec, nil)
 }
 
-// attempts is the deferral count the error backoff grows with: the broker's
-// delivery attempt, or this runner's own count when the broker's resets
-// (lite topics, docs/broker-semantics.md scenario e).
+// attempts is the count the error backoff grows with: the message's own
+// delivery count (see ThrottleConfig), not its lite topic's.
 func (d *dispatcher[T]) attempts(m *AckableMessage[T]) int32 {
-	return max(m.Meta.DeliveryAttempt, int32(d.r.valves.deferrals(m.Meta.MessageID))+1)
+	own := d.r.valves.deferrals(m.Meta.MessageID)
+	if d.r.throttle != nil {
+		own += d.r.throttle.valves.deferrals(m.Meta.MessageID)
+	}
+	return ownAttempt(&m.Meta, own)
 }
 
 // call runs the handler, turning a panic into an error.
@@ -787,7 +840,11 @@ func (d *dispatcher[T]) valveFired(m *AckableMessage[T]) string {
 	if d.runCtx.Err() != nil {
 		return ""
 	}
-	return d.r.valves.firedAfter(&m.Meta, m.Handle, d.r.returns.count(m.Meta.MessageID))
+	own := d.r.valves.deferrals(m.Meta.MessageID)
+	if d.r.throttle != nil {
+		own += d.r.throttle.valves.deferrals(m.Meta.MessageID)
+	}
+	return d.r.valves.firedAfter(&m.Meta, m.Handle, own)
 }
 
 // deferOrDeadLetter defers (or releases) m as dec says unless a safety valve
@@ -840,23 +897,53 @@ func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *Ackable
 	return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 }
 
-// deadLetterMsg hands m to the dead-letter function (or the default: log,
-// count, ack) and reports outAck when that succeeds.
+// deadLetterMsg hands m to the dead-letter function, or else sends it where
+// ErrorValves.OnValve says, and reports what the key does next: outAck when
+// m is to be acked (the function parked it, or ValveAck), outSettled when the
+// broker's dead-letter queue took it, outBlocked when m is to come back.
 func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMessage[T], cause error, valve string) (outcome, time.Time) {
 	r := d.r
-	r.src.metrics.deadLettered(actx, valve)
-	if r.deadLetter == nil {
-		r.src.log.Error("rmqflow: giving up on a message: a safety valve fired; acking (dropping) it — set Runner.SetDeadLetter to park such messages",
+	switch {
+	case r.deadLetter != nil:
+		r.src.metrics.deadLettered(actx, valve, "function")
+		if err := d.callDeadLetter(hctx, m, cause); err != nil {
+			r.src.log.Warn("rmqflow: dead-letter function failed; the message is deferred and tried again",
+				"handle", m.Handle.String(), "err", err)
+			delay := min(r.cfg.ErrorBackoffMax, r.cfg.ErrorValves.MaxDeferDuration)
+			if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, delay); err != nil {
+				d.leave(m)
+				return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
+			}
+			return outBlocked, r.now().Add(delay)
+		}
+	case r.cfg.ErrorValves.OnValve == ValveAck:
+		r.src.metrics.deadLettered(actx, valve, "dropped")
+		r.src.log.Error("rmqflow: giving up on a message: a safety valve fired; acking (dropping) it as ErrorValves.OnValve = ValveAck says",
 			"handle", m.Handle.String(), "valve", valve, "cause", cause)
-	} else if err := d.callDeadLetter(hctx, m, cause); err != nil {
-		r.src.log.Warn("rmqflow: dead-letter function failed; the message is deferred and tried again",
-			"handle", m.Handle.String(), "err", err)
-		delay := min(r.cfg.ErrorBackoffMax, r.cfg.ErrorValves.MaxDeferDuration)
-		if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, delay); err != nil {
+	case m.Meta.DeadLettered():
+		// Already a delivery from the dead-letter queue (a lite message on
+		// RocketMQ 5.5.0 comes back from it: scenario g): forwarding it
+		// again would only add a copy. Leave it to the broker.
+		r.src.metrics.deadLettered(actx, valve, "left")
+		r.src.log.Error("rmqflow: giving up on a message delivered from the dead-letter queue: a safety valve fired; it is left to the broker (not acked); set Runner.SetDeadLetter to park such messages",
+			"handle", m.Handle.String(), "valve", valve, "cause", cause)
+		d.leave(m)
+		return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
+	default:
+		err := d.acker.forwardToDeadLetterQueue(actx, m.Handle, ownAttempt(&m.Meta, d.r.valves.deferrals(m.Meta.MessageID)), r.valves.maxAttempt(m.Handle.Group, ordered(&m.Meta)))
+		if err != nil {
+			r.src.metrics.deadLettered(actx, valve, "left")
+			r.src.log.Error("rmqflow: giving up on a message: a safety valve fired, and it could not be moved to the dead-letter queue; not acked: it comes back when its invisibility ends, and the broker's own retry limit takes it there",
+				"handle", m.Handle.String(), "valve", valve, "cause", cause, "err", err)
 			d.leave(m)
 			return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 		}
-		return outBlocked, r.now().Add(delay)
+		r.src.metrics.deadLettered(actx, valve, "broker-dlq")
+		r.src.log.Warn("rmqflow: gave up on a message: a safety valve fired; moved to its group's dead-letter queue %DLQ%<group> (set Runner.SetDeadLetter to park it elsewhere)",
+			"handle", m.Handle.String(), "valve", valve, "cause", cause)
+		r.valves.forget(m.Meta.MessageID)
+		r.returns.forget(m.Meta.MessageID)
+		return outSettled, time.Time{}
 	}
 	r.valves.forget(m.Meta.MessageID)
 	return outAck, time.Time{}

@@ -135,32 +135,89 @@ const (
 	DefaultDeferTrackerCapacity = 100_000
 )
 
-// ThrottleConfig holds the throttle's safety valves. Each valve, when it
-// fires, acks the message instead of deferring it, so that throttling never
-// sends a message to the dead-letter queue.
+// ValveAction is what happens to a message once a safety valve fired, when
+// no dead-letter function took it (Runner.SetDeadLetter). No ValveAction but
+// ValveAck ever acks, and the zero value is the default.
+type ValveAction uint8
+
+const (
+	// ValveDeadLetterQueue moves the message to its group's dead-letter
+	// queue on the broker, %DLQ%<group>, where it can be read back
+	// (ForwardMessageToDeadLetterQueue, as the official push consumers do
+	// once their retries are spent). When the forward fails nothing is
+	// acked: the message comes back when its invisibility ends, and the
+	// broker's own retry limit takes it to the same queue. The default.
+	//
+	// On RocketMQ 5.5.0 a lite message in %DLQ%<group> is also dispatched
+	// into its lite topic again and cannot be acked for good
+	// (docs/broker-semantics.md, scenario g): to park lite messages for
+	// good, give the Runner a dead-letter function, such as DeadLetterToSink
+	// with a topic of your own.
+	ValveDeadLetterQueue ValveAction = iota
+	// ValveAck acks the message: it is dropped (logged at ERROR level with
+	// its handle, and counted). This is the reference connector's valve;
+	// choose it only when losing a message that kept failing is what you
+	// want.
+	ValveAck
+)
+
+func (a ValveAction) String() string {
+	switch a {
+	case ValveDeadLetterQueue:
+		return "dead-letter-queue"
+	case ValveAck:
+		return "ack"
+	}
+	return fmt.Sprintf("ValveAction(%d)", uint8(a))
+}
+
+// ThrottleConfig holds the safety valves of a Throttle and of a Runner's
+// deferrals (RunnerConfig.ErrorValves). A valve forbids deferring a message
+// once more; what then happens to it depends on the stage: Throttle.Admit
+// admits it (the work decides), and Throttle.Process and a Runner do what
+// OnValve says (by default the broker's dead-letter queue), unless a
+// Runner's dead-letter function takes it. No valve acks unless OnValve is
+// ValveAck.
+//
+// A message is judged by its own returns: the deferrals, releases and
+// leaves decided for it (by its handler, an error, or the throttle's
+// policy), counted in this process. A message of a lite topic (or of a
+// message group) that is delivered again only because an earlier one of
+// its lite topic was deferred — held back behind it — is not charged for
+// that, and neither is a failed ack; nor is the broker's delivery attempt
+// of such a message read, which grows with every return of the lite topic's
+// head (docs/broker-semantics.md, scenarios e and o). For a message without
+// lite topic or message group, whose broker attempt counts its own
+// deliveries only, the valve takes the larger of that attempt and its own
+// count, so that it holds across restarts.
 type ThrottleConfig struct {
-	// MaxDeliveryAttempt: at or above this broker delivery attempt, ack
-	// instead of defer (the reference connector's valve). Default 16, the
-	// broker's default retry limit. A Runner lowers it to the group's own
-	// limit and compares it with its own count of the message's deliveries
-	// as well, because on lite topics the broker's attempt restarts at 1
-	// while its dead-letter count does not (docs/grpc-connector.md).
+	// MaxDeliveryAttempt: once a message's own delivery count (its own
+	// returns + 1, see above) reaches it, the valve max-delivery-attempt
+	// fires. Default 16, the broker's default retry limit. Where the
+	// group's own limit is known (a Runner reads it from the broker's
+	// settings: retry limit + 1 deliveries), the valve fires at that limit
+	// when it is lower; for a message of a lite topic or message group, at
+	// half of it (rounded up), because its successors are delivered again
+	// with it every time it comes back and spend the same budget on the
+	// broker (docs/grpc-connector.md, "Sizing a lite group's retry limit").
 	MaxDeliveryAttempt int32
 	// MaxDeferDuration caps every deferral (the reference's
 	// max-invisible-duration). Default 30 min.
 	MaxDeferDuration time.Duration
-	// MaxDefers: after this many deferrals of one message by this throttle,
-	// ack instead. The broker's attempt count is not a reliable deferral
-	// count on lite topics (docs/broker-semantics.md, scenario e), so this
-	// valve counts in-process. Default 16.
+	// MaxDefers: after this many deferrals, releases or leaves of one
+	// message decided here, the valve max-defers fires. Default 16.
 	MaxDefers int
 	// MaxDeferredAge: once a message is older than this (since its born
-	// time), ack instead of defer. It survives restarts because the age
-	// travels with the message. Default 24 h.
+	// time), the valve max-deferred-age fires. It survives restarts because
+	// the age travels with the message. Default 24 h.
 	MaxDeferredAge time.Duration
-	// DeferTrackerCapacity bounds the messages MaxDefers remembers (oldest
-	// forgotten first). Default 100,000.
+	// DeferTrackerCapacity bounds the messages whose own returns are
+	// remembered (oldest forgotten first). Default 100,000.
 	DeferTrackerCapacity int
+	// OnValve is what happens to a message once a valve fired and no
+	// dead-letter function took it: ValveDeadLetterQueue (default: the
+	// group's dead-letter queue on the broker) or ValveAck (dropped).
+	OnValve ValveAction
 }
 
 func (c ThrottleConfig) withDefaults() ThrottleConfig {
@@ -197,6 +254,8 @@ func (c ThrottleConfig) validate() error {
 		return optionError("MaxDeferredAge", "must not be negative")
 	case c.DeferTrackerCapacity < 0:
 		return optionError("DeferTrackerCapacity", "must not be negative")
+	case c.OnValve != ValveDeadLetterQueue && c.OnValve != ValveAck:
+		return optionError("OnValve", "unknown action")
 	}
 	return nil
 }
@@ -210,12 +269,18 @@ const (
 	// Deferred: the message was made invisible (or released); it will be
 	// delivered again.
 	Deferred
-	// AckedByValve: the policy chose defer but a safety valve acked instead.
+	// AckedByValve: the policy chose defer but a safety valve fired, and
+	// ThrottleConfig.OnValve is ValveAck: the message was acked (dropped).
 	AckedByValve
-	// Failed: the ack or the deferral failed (the error says why); nothing
-	// changed on the broker as far as this process knows, and the message
-	// comes back when its invisibility ends.
+	// Failed: the ack, the deferral or the forward to the dead-letter queue
+	// failed (the error says why); nothing changed on the broker as far as
+	// this process knows, and the message comes back when its invisibility
+	// ends.
 	Failed
+	// DeadLettered: the policy chose defer but a safety valve fired, and
+	// the message was moved to its group's dead-letter queue on the broker
+	// (ThrottleConfig.OnValve ValveDeadLetterQueue, the default).
+	DeadLettered
 )
 
 func (o Outcome) String() string {
@@ -228,6 +293,8 @@ func (o Outcome) String() string {
 		return "acked-by-valve"
 	case Failed:
 		return "failed"
+	case DeadLettered:
+		return "dead-lettered"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -263,11 +330,13 @@ func NewThrottle[T any](acker *Acker, policy ThrottlePolicy[T], cfg ThrottleConf
 	return &Throttle[T]{acker: acker, policy: policy, cfg: cfg, valves: newValves(cfg, time.Now), metrics: m}, nil
 }
 
-// Process decides for m and carries the decision out: ack, or defer (unless
-// a safety valve acks instead). On an error the outcome is Failed: the RPC
-// did not take, and the message comes back when its invisibility ends. A
-// policy that returns the zero Decision gets (Failed, ErrNoDecision), and
-// nothing is sent.
+// Process decides for m and carries the decision out: ack, or defer. When a
+// safety valve forbids the deferral, m goes where ThrottleConfig.OnValve
+// says: by default to its group's dead-letter queue on the broker
+// (DeadLettered); acked (AckedByValve) only with ValveAck. On an error the
+// outcome is Failed: the RPC did not take, and the message comes back when
+// its invisibility ends. A policy that returns the zero Decision gets
+// (Failed, ErrNoDecision), and nothing is sent.
 func (t *Throttle[T]) Process(ctx context.Context, m *AckableMessage[T]) (Outcome, error) {
 	act, _, err := t.apply(ctx, m, 0)
 	switch act {
@@ -275,6 +344,15 @@ func (t *Throttle[T]) Process(ctx context.Context, m *AckableMessage[T]) (Outcom
 		return Deferred, nil
 	case actFailed:
 		return Failed, err
+	case actValve:
+		if t.cfg.OnValve != ValveAck {
+			if err := t.acker.forwardToDeadLetterQueue(ctx, m.Handle, ownAttempt(&m.Meta, t.valves.deferrals(m.Handle.MessageID)), t.valves.maxAttempt(m.Handle.Group, ordered(&m.Meta))); err != nil {
+				return Failed, err
+			}
+			t.valves.forget(m.Handle.MessageID)
+			return DeadLettered, nil
+		}
+		t.valves.forget(m.Handle.MessageID)
 	}
 	if err := t.acker.Ack(ctx, m.Handle); err != nil {
 		return Failed, err
@@ -288,7 +366,8 @@ func (t *Throttle[T]) Process(ctx context.Context, m *AckableMessage[T]) (Outcom
 // Admit runs the policy before the work instead of after it: when the policy
 // defers m (and no safety valve forbids it), Admit defers it and returns
 // false; otherwise it returns true and m goes on to be processed and acked
-// later. Deferring before an expensive stage is what keeps a hot lite topic
+// later. A message a valve no longer lets the throttle defer is admitted:
+// its work decides what becomes of it. Deferring before an expensive stage is what keeps a hot lite topic
 // from taking the workers from the others. When the deferral fails, Admit
 // returns false and the error: the message comes back when its invisibility
 // ends.
@@ -317,7 +396,9 @@ const (
 )
 
 // apply asks the policy and defers m when it says so and no valve fires. It
-// returns what it did and, when deferred, for how long.
+// returns what it did and, when deferred, for how long. returns is the
+// count of m's own returns decided elsewhere (a Runner's handler decisions);
+// the throttle adds its own deferrals of m.
 func (t *Throttle[T]) apply(ctx context.Context, m *AckableMessage[T], returns int) (throttleAct, time.Duration, error) {
 	d := t.policy.Decide(m)
 	var delay time.Duration
@@ -331,8 +412,7 @@ func (t *Throttle[T]) apply(ctx context.Context, m *AckableMessage[T], returns i
 	default:
 		return actFailed, 0, fmt.Errorf("%w: the throttle policy returned %v", ErrNoDecision, d.kind)
 	}
-	if valve := t.valves.firedAfter(&m.Meta, m.Handle, returns); valve != "" {
-		t.valves.forget(m.Handle.MessageID)
+	if valve := t.valves.firedAfter(&m.Meta, m.Handle, returns+t.valves.deferrals(m.Handle.MessageID)); valve != "" {
 		t.metrics.deferred(ctx, "valve:"+valve)
 		return actValve, 0, nil
 	}
@@ -364,35 +444,54 @@ func newValves(cfg ThrottleConfig, now func() time.Time) *valves {
 	return &valves{cfg: cfg, defers: newDeferTracker(cfg.DeferTrackerCapacity), now: now}
 }
 
-// maxAttempt is the delivery attempt at which the max-delivery-attempt valve
-// fires for group.
-func (v *valves) maxAttempt(group string) int32 {
+// maxAttempt is the own delivery count at which the max-delivery-attempt
+// valve fires for a message of group; ordered: the message has a lite topic
+// or a message group, whose successors spend the group's budget with it.
+func (v *valves) maxAttempt(group string, ordered bool) int32 {
 	limit := v.cfg.MaxDeliveryAttempt
 	if v.groupMax != nil {
-		if g := v.groupMax(group); g > 0 && g < limit {
-			limit = g
+		if g := v.groupMax(group); g > 0 {
+			if ordered {
+				g = (g + 1) / 2
+			}
+			limit = min(limit, g)
 		}
 	}
 	return limit
 }
 
+// ordered reports whether the broker hands m out in order behind the
+// earlier messages of its lite topic or message group, and so delivers it
+// again whenever one of them comes back: its delivery attempt is then not
+// its own.
+func ordered(m *Metadata) bool { return m.LiteTopic != "" || m.MessageGroup != "" }
+
+// ownAttempt is a message's own delivery count, given its own returns so far
+// (see ThrottleConfig): own+1, or, for a message outside any order, the
+// broker's attempt when that is larger (its deliveries elsewhere, before a
+// restart, count too).
+func ownAttempt(m *Metadata, own int) int32 {
+	n := int32(min(own, math.MaxInt32-1)) + 1
+	if !ordered(m) {
+		n = max(n, m.DeliveryAttempt)
+	}
+	return n
+}
+
 // fired names the safety valve that forbids deferring the message h names,
 // or "".
-func (v *valves) fired(meta *Metadata, h ReceiptHandle) string { return v.firedAfter(meta, h, 0) }
+func (v *valves) fired(meta *Metadata, h ReceiptHandle) string {
+	return v.firedAfter(meta, h, v.defers.count(h.MessageID))
+}
 
-// firedAfter is fired for a message known to have been given back returns
-// times before this delivery: it was delivered at least returns+1 times,
-// whatever attempt the broker reports. On a lite topic the broker's attempt
-// restarts at 1 whenever a batch holds a message never delivered before,
-// while the broker dead-letters by its own running count, which also grows
-// for every message held back behind a deferred head (docs/broker-semantics.md,
-// scenarios e, g and o).
-func (v *valves) firedAfter(meta *Metadata, h ReceiptHandle, returns int) string {
-	id := h.MessageID
+// firedAfter names the safety valve that forbids deferring once more a
+// message with own returns decided for it so far (not its hold-backs behind
+// an earlier message of its lite topic, nor its failed acks), or "".
+func (v *valves) firedAfter(meta *Metadata, h ReceiptHandle, own int) string {
 	switch {
-	case max(meta.DeliveryAttempt, int32(min(returns, math.MaxInt32-1))+1) >= v.maxAttempt(h.Group):
+	case ownAttempt(meta, own) >= v.maxAttempt(h.Group, ordered(meta)):
 		return "max-delivery-attempt"
-	case v.defers.count(id) >= v.cfg.MaxDefers:
+	case v.defers.count(h.MessageID) >= v.cfg.MaxDefers:
 		return "max-defers"
 	case !meta.BornTime.IsZero() && v.now().Sub(meta.BornTime) >= v.cfg.MaxDeferredAge:
 		return "max-deferred-age"
