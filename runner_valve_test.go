@@ -135,3 +135,66 @@ func TestRunnerJudgesByOwnFailures(t *testing.T) {
 		}
 	})
 }
+
+// TestDeadLetterToSink: a message given up on is written to a topic of the
+// user's own, with where it came from and why, and acked only once stored:
+// the lite topic's next message then runs, and nothing is left anywhere.
+func TestDeadLetterToSink(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	ctx := rmqtest.Context(t, time.Minute)
+	fake := fakeLite(t)
+	must(t, fake.CreateTopic("parked", rmqfake.TopicNormal))
+	must(t, fake.CreateGroup("parked-g"))
+	conn := rmqflow.Connection{Endpoints: fake.Addr()}
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
+		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
+	must(t, err)
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
+	must(t, err)
+	defer sink.Close(context.Background())
+	dlq, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "parked"})
+	must(t, err)
+	defer dlq.Close(context.Background())
+	for _, b := range []string{"poison", "fine"} {
+		if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "k", Keys: []string{"key-" + b}, Body: []byte(b)}).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fine := make(chan struct{})
+	r, err := rmqflow.NewRunner(src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		if m.Value == "poison" {
+			return rmqflow.Decision{}, errors.New("cannot parse")
+		}
+		close(fine)
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{ErrorBackoff: 10 * time.Millisecond, ErrorValves: rmqflow.ThrottleConfig{MaxDefers: 2}})
+	must(t, err)
+	r.SetDeadLetter(rmqflow.DeadLetterToSink[string](dlq))
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(rctx) }()
+	select {
+	case <-fine:
+	case <-ctx.Done():
+		t.Fatal("the message behind the poisoned one never ran")
+	}
+	stop()
+	must(t, <-ran)
+
+	parked, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Mode: rmqflow.ModeSimple, Topic: "parked", Group: "parked-g",
+		AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
+	must(t, err)
+	defer parked.Close(context.Background())
+	must(t, parked.Start(ctx))
+	m, err := parked.Next(ctx)
+	must(t, err)
+	p := m.Meta.Properties
+	if m.Value != "poison" || p[rmqflow.PropertyDeadLetterLiteTopic] != "k" || p[rmqflow.PropertyDeadLetterOrigin] != "main" ||
+		p[rmqflow.PropertyDeadLetterCause] != "cannot parse" || p[rmqflow.PropertyDeadLetterMessageID] == "" || fmt.Sprint(m.Meta.Keys) != "[key-poison]" {
+		t.Errorf("parked copy: body %q keys %v properties %v", m.Value, m.Meta.Keys, p)
+	}
+	must(t, parked.Acker().Ack(ctx, m.Handle))
+	if c := fake.Stats().Topics["main"].Counts; c.Backlog != 0 || c.InFlight != 0 || c.DeadLettered != 0 || c.Acked != 2 {
+		t.Errorf("main topic counts %+v: want both acked, nothing in the broker's DLQ", c)
+	}
+}

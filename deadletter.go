@@ -1,0 +1,52 @@
+package rmqflow
+
+import (
+	"context"
+	"maps"
+	"slices"
+)
+
+// Properties DeadLetterToSink adds to the copy it writes: where the message
+// came from and why it was given up on.
+const (
+	PropertyDeadLetterOrigin    = "RMQFLOW_DLQ_ORIGIN"     // the original topic
+	PropertyDeadLetterLiteTopic = "RMQFLOW_DLQ_LITE_TOPIC" // the original lite topic, if any
+	PropertyDeadLetterMessageID = "RMQFLOW_DLQ_MSG_ID"     // the original message id
+	PropertyDeadLetterCause     = "RMQFLOW_DLQ_CAUSE"      // the last error, or the valve
+)
+
+// DeadLetterToSink returns a DeadLetterFunc that parks a message given up on
+// in a topic of your own: it writes a copy (body, tag, keys, properties,
+// message group, plus the PropertyDeadLetter… properties) through s and
+// returns once the broker stored it, so that the Runner acks the original
+// only then. If the write fails, the Runner keeps the message and tries again
+// later (see DeadLetterFunc); a write whose outcome was unknown may leave a
+// second copy. The copy goes to s's topic (and SinkConfig.LiteTopic, if
+// set); the original topic, lite topic and message id travel as properties.
+//
+// On RocketMQ 5.5.0 this is how to park lite messages for good: the
+// broker's own dead-letter queue dispatches a lite message back into its
+// lite topic (docs/broker-semantics.md, scenario g).
+func DeadLetterToSink[T any](s *Sink) DeadLetterFunc[T] {
+	return func(ctx context.Context, m *AckableMessage[T], cause error) error {
+		props := maps.Clone(m.Meta.Properties)
+		if props == nil {
+			props = map[string]string{}
+		}
+		props[PropertyDeadLetterOrigin] = m.Meta.Topic
+		props[PropertyDeadLetterMessageID] = m.Meta.MessageID
+		if m.Meta.LiteTopic != "" {
+			props[PropertyDeadLetterLiteTopic] = m.Meta.LiteTopic
+		}
+		if cause != nil {
+			c := cause.Error()
+			if len(c) > 1024 {
+				c = c[:1024]
+			}
+			props[PropertyDeadLetterCause] = c
+		}
+		_, err := s.Write(ctx, Record{Tag: m.Meta.Tag, Keys: slices.Clone(m.Meta.Keys), Properties: props,
+			MessageGroup: m.Meta.MessageGroup, Body: m.Meta.Body}).Wait(ctx)
+		return err
+	}
+}
