@@ -30,7 +30,14 @@ import (
 //   - a lite topic's messages never run two at once, and a message starts
 //     only once every earlier message of its lite topic was decided (acked
 //     or dead-lettered): send order;
-//   - nothing is acked on the broker that was not decided so;
+//   - nothing is acked on the broker that was not decided so: no message is
+//     acked or dropped unless its handler decided Ack, or its own failures
+//     reached a valve and the user chose to drop (ValveAck, in a third of
+//     the runs; the others park it with a dead-letter function). Hold-backs
+//     behind a lite topic's head and failed acks never bring a message to a
+//     valve;
+//   - the broker dead-letters nothing: the group's retry limit is sized as
+//     docs/grpc-connector.md says ("Sizing a lite group's retry limit");
 //   - every message ends acked or dead-lettered, and the broker holds
 //     nothing of the run;
 //   - duplicates (a message handled again after its ack was decided) happen
@@ -89,18 +96,19 @@ func TestModelRunner(t *testing.T) {
 	if t.Failed() {
 		t.Logf("replay a failed seed with RMQFLOW_MODEL_SEED=<seed>")
 	}
-	t.Logf("model: %d runs, %d messages, %d handler calls, %d dead-lettered, %d duplicates (%d runs with faults, %d broker restarts, %d fault periods), %d clock steps",
-		runs, total.messages, total.calls, total.dead, total.dups, total.faultyRuns, total.restarts, total.injected, total.steps)
+	t.Logf("model: %d runs, %d messages, %d handler calls, %d dead-lettered, %d dropped by a chosen valve, %d duplicates (%d runs with faults, %d broker restarts, %d fault periods), %d clock steps",
+		runs, total.messages, total.calls, total.dead, total.dropped, total.dups, total.faultyRuns, total.restarts, total.injected, total.steps)
 }
 
 type modelTotals struct {
-	messages, calls, dead, dups, faultyRuns, restarts, injected, steps int
+	messages, calls, dead, dropped, dups, faultyRuns, restarts, injected, steps int
 }
 
 func (a *modelTotals) add(r modelResult) {
 	a.messages += r.messages
 	a.calls += r.calls
 	a.dead += r.dead
+	a.dropped += r.dropped
 	a.dups += r.dups
 	a.restarts += r.restarts
 	a.injected += r.injected
@@ -111,8 +119,8 @@ func (a *modelTotals) add(r modelResult) {
 }
 
 type modelResult struct {
-	messages, calls, dead, dups, restarts, injected, steps int
-	faulty                                                 bool
+	messages, calls, dead, dropped, dups, restarts, injected, steps int
+	faulty                                                          bool
 }
 
 // modelState is what the handlers observed in one run.
@@ -129,6 +137,10 @@ type modelState struct {
 	ackIDs   map[string]string // message id -> body, once its ack was decided
 	byLite   map[string][]string
 	attempts map[string]int
+	own      map[string]int    // body -> returns its handler decided (not Ack)
+	idBody   map[string]string // message id -> body
+	dropOK   int               // ValveAck runs: own returns at which a drop is allowed; 0: never
+	dropped  int
 	calls    int
 	dups     int
 	dead     int
@@ -158,12 +170,16 @@ func runModel(t *testing.T, seed uint64) (modelResult, error) {
 	if err := fake.CreateTopic("main", rmqfake.TopicLite); err != nil {
 		return modelResult{}, err
 	}
-	if err := fake.CreateGroup("g", rmqfake.LiteBind("main"), rmqfake.Wildcard()); err != nil {
+	// A lite message is delivered again with every return of an earlier one
+	// of its batch: up to 7 predecessors × (5 handler + 2 throttle returns),
+	// its own 7, and returns after failed acks and deferrals.
+	if err := fake.CreateGroup("g", rmqfake.LiteBind("main"), rmqfake.Wildcard(), rmqfake.RetryMax(100)); err != nil {
 		return modelResult{}, err
 	}
 	conn := rmqflow.Connection{Endpoints: fake.Addr(), Logger: logger}
 	st := &modelState{t: t, seed: seed, rng: rng, log: logger, now: clk.Now, index: map[string]int{}, lite: map[string]string{}, running: map[string]string{},
-		decided: map[string]bool{}, ackIDs: map[string]string{}, byLite: map[string][]string{}, attempts: map[string]int{}, acksSeen: map[string]bool{}}
+		decided: map[string]bool{}, ackIDs: map[string]string{}, byLite: map[string][]string{}, attempts: map[string]int{}, acksSeen: map[string]bool{},
+		own: map[string]int{}, idBody: map[string]string{}}
 
 	// Every message id in an AckMessage request must have been decided.
 	fake.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
@@ -172,7 +188,19 @@ func runModel(t *testing.T, seed uint64) (modelResult, error) {
 		defer st.mu.Unlock()
 		for _, e := range req.GetEntries() {
 			if _, ok := st.ackIDs[e.GetMessageId()]; !ok {
-				st.failf("AckMessage for %s, which was never decided", e.GetMessageId())
+				body := st.idBody[e.GetMessageId()]
+				switch {
+				case st.dropOK > 0 && st.own[body] >= st.dropOK:
+					// Dropped by a valve the user chose (ValveAck), after
+					// failures of its own.
+					st.decided[body] = true
+					st.ackIDs[e.GetMessageId()] = body
+					st.dropped++
+				case st.dropOK > 0:
+					st.failf("AckMessage for %s (%s), never decided, dropped after %d returns of its own (valve at %d)", e.GetMessageId(), body, st.own[body], st.dropOK)
+				default:
+					st.failf("AckMessage for %s, which was never decided", e.GetMessageId())
+				}
 			}
 			st.acksSeen[e.GetMessageId()] = true
 		}
@@ -220,19 +248,31 @@ func runModel(t *testing.T, seed uint64) (modelResult, error) {
 		cfg.OnError = rmqflow.ErrorLeave
 	}
 	cfg.PipelineAcks = rng.IntN(2) == 0
+	drop := rng.IntN(3) == 0
+	if drop {
+		cfg.ErrorValves.OnValve = rmqflow.ValveAck
+	}
 	runner, err := rmqflow.NewRunner(src, st.handler(src), cfg)
 	if err != nil {
 		return res, err
 	}
 	rmqflow.SetRunnerClock(runner, clk.Now)
-	runner.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[string], cause error) error {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		st.decided[m.Value] = true
-		st.ackIDs[m.Meta.MessageID] = m.Value
-		st.dead++
-		return nil
-	})
+	if drop {
+		// The user chose to drop what its valves give up on.
+		st.dropOK = cfg.ErrorValves.MaxDefers
+	} else {
+		runner.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[string], cause error) error {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if st.own[m.Value] < cfg.ErrorValves.MaxDefers {
+				st.failf("%s dead-lettered after %d returns of its own (valve at %d): %v", m.Value, st.own[m.Value], cfg.ErrorValves.MaxDefers, cause)
+			}
+			st.decided[m.Value] = true
+			st.ackIDs[m.Meta.MessageID] = m.Value
+			st.dead++
+			return nil
+		})
+	}
 	if rng.IntN(2) == 0 {
 		var pmu sync.Mutex
 		prng := rand.New(rand.NewPCG(seed+1, seed))
@@ -344,10 +384,13 @@ func runModel(t *testing.T, seed uint64) (modelResult, error) {
 			t.Errorf("seed %d: %s was decided but never acked on the broker", seed, body)
 		}
 	}
+	if n := fake.Stats().Groups["g"].DeadLettered; n != 0 {
+		t.Errorf("seed %d: the broker dead-lettered %d messages", seed, n)
+	}
 	if !faulty && st.dups > 0 {
 		t.Errorf("seed %d: %d duplicates in a run without faults or restarts", seed, st.dups)
 	}
-	res.calls, res.dead, res.dups, res.steps = st.calls, st.dead, st.dups, step
+	res.calls, res.dead, res.dropped, res.dups, res.steps = st.calls, st.dead, st.dropped, st.dups, step
 	return res, nil
 }
 
@@ -367,11 +410,18 @@ func (s *modelState) handler(src *rmqflow.Source[string]) rmqflow.Handler[string
 			s.dups++
 		}
 		for _, earlier := range s.byLite[l][:s.index[body]] {
-			if !s.decided[earlier] {
+			// In a run that drops what a valve gave up on, the drop is
+			// seen only when its ack reaches the broker, which may be
+			// after the next message started (an ack is sent, not
+			// awaited, under PipelineAcks): its own failures reaching the
+			// valve are what decided it (the AckMessage check asserts the
+			// drop).
+			if !s.decided[earlier] && (s.dropOK == 0 || s.own[earlier] < s.dropOK) {
 				s.failf("%s started before %s (earlier in its lite topic) was decided", body, earlier)
 			}
 		}
 		s.attempts[body]++
+		s.idBody[m.Meta.MessageID] = body
 		roll := s.rng.IntN(100)
 		if s.attempts[body] > 6 {
 			roll = 0 // the handler recovers, in the end
@@ -389,6 +439,8 @@ func (s *modelState) handler(src *rmqflow.Source[string]) rmqflow.Handler[string
 			if acked {
 				s.decided[body] = true
 				s.ackIDs[m.Meta.MessageID] = body
+			} else {
+				s.own[body]++
 			}
 		}
 		switch {

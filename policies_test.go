@@ -90,6 +90,11 @@ func TestFairShareDefersOnlyTheHotTopic(t *testing.T) {
 	}
 }
 
+// TestThrottleValves: the valves judge a message by its own returns. A lite
+// message's broker attempt, inflated by returns of the earlier messages of
+// its lite topic (scenarios e, o), fires nothing; a normal message's attempt
+// is its own and does; a group's own limit lowers the attempt valve, to half
+// of it for a lite message (its successors spend the same budget).
 func TestThrottleValves(t *testing.T) {
 	clk := &manualClock{t: time.Unix(1_000_000, 0)}
 	th := newValves(ThrottleConfig{}.withDefaults(), clk.Now)
@@ -100,18 +105,43 @@ func TestThrottleValves(t *testing.T) {
 	if v := th.fired(&m.Meta, m.Handle); v != "" {
 		t.Fatalf("fresh message: valve %q fired", v)
 	}
-	m.Meta.DeliveryAttempt = DefaultMaxDeliveryAttempt
-	if v := th.fired(&m.Meta, m.Handle); v != "max-delivery-attempt" {
-		t.Fatalf("attempt 16: valve %q", v)
+	m.Meta.DeliveryAttempt = 40 // held back behind its lite topic's head
+	if v := th.fired(&m.Meta, m.Handle); v != "" {
+		t.Fatalf("lite message at broker attempt 40 with no returns of its own: valve %q fired", v)
 	}
-	m.Meta.DeliveryAttempt = 1 // the broker's count reset (scenario e)
-	for i := 0; i < DefaultMaxDefers; i++ {
+	normal := *m
+	normal.Meta.LiteTopic, normal.Handle.LiteTopic = "", ""
+	normal.Meta.DeliveryAttempt = DefaultMaxDeliveryAttempt
+	if v := th.fired(&normal.Meta, normal.Handle); v != "max-delivery-attempt" {
+		t.Fatalf("normal message at attempt 16: valve %q", v)
+	}
+	for i := 0; i < DefaultMaxDeliveryAttempt-1; i++ {
 		th.count("id-1")
 	}
-	if v := th.fired(&m.Meta, m.Handle); v != "max-defers" {
+	if v := th.fired(&m.Meta, m.Handle); v != "max-delivery-attempt" {
+		t.Fatalf("lite message with 15 returns of its own: valve %q", v)
+	}
+	th.count("id-1")
+	if v := th.firedAfter(&m.Meta, m.Handle, 0); v != "max-defers" {
 		t.Fatalf("after %d defers: valve %q", DefaultMaxDefers, v)
 	}
 	th.forget("id-1")
+	th.groupMax = func(string) int32 { return 5 }
+	if v := th.firedAfter(&m.Meta, m.Handle, 2); v != "max-delivery-attempt" {
+		t.Fatalf("lite message, group of 5 deliveries, 2 returns of its own: valve %q, want half the group's limit (3)", v)
+	}
+	if v := th.firedAfter(&m.Meta, m.Handle, 1); v != "" {
+		t.Fatalf("lite message, group of 5 deliveries, 1 return of its own: valve %q", v)
+	}
+	normal.Meta.DeliveryAttempt = 4
+	if v := th.firedAfter(&normal.Meta, normal.Handle, 0); v != "" {
+		t.Fatalf("normal message at attempt 4, group of 5 deliveries: valve %q", v)
+	}
+	normal.Meta.DeliveryAttempt = 5
+	if v := th.firedAfter(&normal.Meta, normal.Handle, 0); v != "max-delivery-attempt" {
+		t.Fatalf("normal message at attempt 5, group of 5 deliveries: valve %q, want the whole group limit", v)
+	}
+	th.groupMax = nil
 	clk.Advance(DefaultMaxDeferredAge)
 	if v := th.fired(&m.Meta, m.Handle); v != "max-deferred-age" {
 		t.Fatalf("a day old: valve %q", v)
