@@ -32,8 +32,10 @@
 // # Throttling
 //
 // A [Throttle] applies a [ThrottlePolicy] — [FairShare], [LiteTopicRateLimit]
-// or your own — to ack or defer each message, with safety valves that ack
-// instead of deferring forever. Deferring a lite message pauses its whole lite
+// or your own — to ack or defer each message, with safety valves that stop
+// deferring a message for ever: a message whose own deferrals reach a valve
+// goes to its group's dead-letter queue on the broker, never acked unless
+// [ThrottleConfig].OnValve is [ValveAck]. Deferring a lite message pauses its whole lite
 // topic on the broker, which hands the fetch budget to the others.
 //
 // # Leases
@@ -50,7 +52,10 @@
 // lite topic's later messages wait behind one that was deferred or failed),
 // a [Decision] per handler result (only [Ack] acks; [Defer] with a duration
 // of zero or less releases), errors and panics deferred with backoff until a
-// safety valve hands the message to a [DeadLetterFunc], and a graceful
+// safety valve hands the message to a [DeadLetterFunc] (such as
+// [DeadLetterToSink]) or, without one, to the group's dead-letter queue on
+// the broker — a message is judged by its own failures, never dropped by
+// default — and a graceful
 // shutdown that releases or finishes what was fetched. A [Sink] produces.
 //
 // What the broker really does, and therefore why these pieces behave as they
