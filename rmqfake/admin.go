@@ -35,6 +35,7 @@ type groupConfig struct {
 	fifo           bool
 	exclusive      bool
 	resetExclusive bool
+	maxEvents      int
 	ns             string
 }
 
@@ -145,6 +146,9 @@ func (s *Server) CreateGroup(name string, opts ...GroupOption) error {
 	if c.retryMax < 0 || c.retryMax > maxRetryMax {
 		return fmt.Errorf("rmqfake: CreateGroup %q: RetryMax %d: want 0 to %d (the max delivery attempts, RetryMax+1, is an int32 on the wire)", name, c.retryMax, maxRetryMax)
 	}
+	if err := checkMaxEvents(c.maxEvents); err != nil {
+		return fmt.Errorf("rmqfake: CreateGroup %q: %w", name, err)
+	}
 	if c.wildcard && c.bind == "" {
 		return fmt.Errorf("rmqfake: CreateGroup %q: Wildcard needs LiteBind", name)
 	}
@@ -175,6 +179,15 @@ func (b *broker) restart() {
 	// Auto-renewed messages were in flight: they come back like the rest.
 	b.renewed, b.renewCount = nil, nil
 	b.notify()
+	// The clients' event sets are memory too: the lite topics they held are
+	// dispatched again below.
+	for _, sub := range b.liteSubs {
+		if set := sub.events; set != nil {
+			sub.events = nil
+			b.stop(set.check)
+			set.drain()
+		}
+	}
 	for _, t := range b.topics {
 		for _, gt := range t.consumers {
 			for _, d := range gt.inflight {

@@ -12,9 +12,9 @@ type broker struct {
 	clock Clock
 	auto  bool
 	ttl   ttlConfig // lite topic TTL (ttl.go)
-	// fastDispatch skips the full-dispatch delay for lite backlogs.
-	fastDispatch bool
-	start        int64 // ms, when the server started (dispatch scans count from it)
+	// disp is the lite dispatch settings (dispatch.go).
+	disp  dispatchConfig
+	start int64 // ms, when the server started (dispatch scans count from it)
 	// restarting is set while Restart cuts connections, so that dropped
 	// Telemetry streams keep their lite subscriptions.
 	restarting bool
@@ -50,19 +50,19 @@ func (b *broker) locked(f func()) {
 	f()
 }
 
-func newBroker(c Clock, auto, fastDispatch bool) *broker {
+func newBroker(c Clock, auto bool, disp dispatchConfig) *broker {
 	return &broker{
-		clock:        c,
-		auto:         auto,
-		fastDispatch: fastDispatch,
-		start:        c.Now().UnixMilli(),
-		topics:       map[resKey]*topic{},
-		groups:       map[resKey]*group{},
-		sessions:     map[string]*session{},
-		liteSubs:     map[string]*liteSub{},
-		timers:       map[*btimer]struct{}{},
-		strs:         map[string]string{},
-		changed:      make(chan struct{}),
+		clock:    c,
+		auto:     auto,
+		disp:     disp,
+		start:    c.Now().UnixMilli(),
+		topics:   map[resKey]*topic{},
+		groups:   map[resKey]*group{},
+		sessions: map[string]*session{},
+		liteSubs: map[string]*liteSub{},
+		timers:   map[*btimer]struct{}{},
+		strs:     map[string]string{},
+		changed:  make(chan struct{}),
 	}
 }
 
@@ -199,6 +199,7 @@ func (b *broker) configureGroup(g *group, cfg groupConfig) {
 	g.wildcard = cfg.wildcard
 	g.fifo = cfg.fifo
 	g.exclusive, g.resetExclusive = cfg.exclusive, cfg.resetExclusive
+	g.maxEvents = cfg.maxEvents
 	if !g.wildcard || g.bind == "" {
 		return
 	}
@@ -259,43 +260,6 @@ func (b *broker) cursor(lq *liteQueue, g *group) *liteCursor {
 	}
 	*c = liteCursor{lq: lq, g: g, ord: ordered{committed: lq.q.base}}
 	b.liteReady(c)
-	return c
-}
-
-// liteReady puts c in its wildcard group's ring when it may deliver now.
-func (b *broker) liteReady(c *liteCursor) {
-	if c.inRing || !c.g.wildcard || c.lq.main.lite[c.lq.name] != c.lq {
-		return
-	}
-	if c.ord.committed >= c.lq.q.end() || c.ord.blocked(b.nowMS(), "") {
-		return
-	}
-	if c.g.wildSubs <= 0 {
-		// Nobody to dispatch to, and nothing scheduled (5.5.0 schedules a
-		// full dispatch for a miss only when the group has members, none
-		// of which took the event): the full dispatch of the next client
-		// that joins finds it (scenario v).
-		return
-	}
-	c.inRing = true
-	c.g.ring = append(c.g.ring, c)
-}
-
-// ringNext takes the next cursor from g's ring, or nil.
-func (g *group) ringNext() *liteCursor {
-	if g.ringHead >= len(g.ring) {
-		return nil
-	}
-	c := g.ring[g.ringHead]
-	g.ring[g.ringHead] = nil
-	g.ringHead++
-	if g.ringHead == len(g.ring) {
-		g.ring, g.ringHead = g.ring[:0], 0
-	} else if g.ringHead > 1024 && g.ringHead > len(g.ring)/2 {
-		g.ring = append([]*liteCursor(nil), g.ring[g.ringHead:]...)
-		g.ringHead = 0
-	}
-	c.inRing = false
 	return c
 }
 

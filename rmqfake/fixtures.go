@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -12,7 +13,7 @@ import (
 // Fixture is a topic or group to create, one line of a fixtures file:
 //
 //	topic <name> [normal|lite|fifo|delay|transaction] [queues=N] [ttl=MINUTES]
-//	group <name> [retry=N] [bind=<lite main topic>] [wildcard] [exclusive] [fifo]
+//	group <name> [retry=N] [bind=<lite main topic>] [wildcard] [exclusive] [fifo] [event-cap=N]
 type Fixture struct {
 	// Group is false for a topic, true for a group.
 	Group bool
@@ -22,13 +23,15 @@ type Fixture struct {
 	Type    TopicType
 	Queues  int
 	LiteTTL int
-	// RetryMax, Bind, Wildcard, Exclusive and FIFO describe a group
-	// (RetryMax -1: the default, 16).
+	// RetryMax, Bind, Wildcard, Exclusive, FIFO and EventCap describe a
+	// group (RetryMax -1: the default, 16; EventCap is
+	// lite.sub.client.max.event.cnt, LiteMaxEventCount, 0: unset).
 	RetryMax  int
 	Bind      string
 	Wildcard  bool
 	Exclusive bool
 	FIFO      bool
+	EventCap  int
 }
 
 // ProjectFixturesFile is where the project keeps the topics and groups its
@@ -135,8 +138,17 @@ func ParseFixture(line string) (Fixture, error) {
 				fx.FIFO = true
 			case k == "exclusive" && !hasV:
 				fx.Exclusive = true
+			case k == "event-cap" && hasV:
+				n, err := strconv.Atoi(v)
+				if err == nil {
+					err = checkMaxEvents(n)
+				}
+				if err != nil || n == 0 {
+					return Fixture{}, fmt.Errorf("group %s: event-cap=%q: want a number from %d to %d (lite.sub.client.max.event.cnt)", fx.Name, v, MinLiteMaxEventCount, math.MaxInt32)
+				}
+				fx.EventCap = n
 			default:
-				return Fixture{}, fmt.Errorf("group %s: unknown option %q (retry=N, bind=TOPIC, wildcard, exclusive, fifo)", fx.Name, opt)
+				return Fixture{}, fmt.Errorf("group %s: unknown option %q (retry=N, bind=TOPIC, wildcard, exclusive, fifo, event-cap=N)", fx.Name, opt)
 			}
 		}
 	default:
@@ -188,6 +200,9 @@ func (s *Server) applyFixture(f Fixture, with []ResourceOption) error {
 	}
 	if f.Exclusive {
 		opts = append(opts, LiteExclusive())
+	}
+	if f.EventCap > 0 {
+		opts = append(opts, LiteMaxEventCount(f.EventCap))
 	}
 	return s.CreateGroup(f.Name, opts...)
 }

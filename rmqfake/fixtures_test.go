@@ -35,20 +35,21 @@ func TestProjectFixtures(t *testing.T) {
 func TestParseFixture(t *testing.T) {
 	t.Parallel()
 	for line, want := range map[string]rmqfake.Fixture{
-		"topic a lite":                    {Name: "a", Type: rmqfake.TopicLite, RetryMax: -1},
-		"topic b normal queues=1":         {Name: "b", Type: rmqfake.TopicNormal, Queues: 1, RetryMax: -1},
-		"topic c":                         {Name: "c", Type: rmqfake.TopicNormal, RetryMax: -1},
-		"group g bind=a wildcard retry=3": {Group: true, Name: "g", Bind: "a", Wildcard: true, RetryMax: 3},
-		"group f fifo":                    {Group: true, Name: "f", FIFO: true, RetryMax: -1},
-		"  group   h   retry=0  ":         {Group: true, Name: "h", RetryMax: 0},
-		"topic d delay queues=2":          {Name: "d", Type: rmqfake.TopicDelay, Queues: 2, RetryMax: -1},
+		"topic a lite":                         {Name: "a", Type: rmqfake.TopicLite, RetryMax: -1},
+		"topic b normal queues=1":              {Name: "b", Type: rmqfake.TopicNormal, Queues: 1, RetryMax: -1},
+		"topic c":                              {Name: "c", Type: rmqfake.TopicNormal, RetryMax: -1},
+		"group g bind=a wildcard retry=3":      {Group: true, Name: "g", Bind: "a", Wildcard: true, RetryMax: 3},
+		"group f fifo":                         {Group: true, Name: "f", FIFO: true, RetryMax: -1},
+		"  group   h   retry=0  ":              {Group: true, Name: "h", RetryMax: 0},
+		"topic d delay queues=2":               {Name: "d", Type: rmqfake.TopicDelay, Queues: 2, RetryMax: -1},
+		"group e bind=a wildcard event-cap=10": {Group: true, Name: "e", Bind: "a", Wildcard: true, RetryMax: -1, EventCap: 10},
 	} {
 		got, err := rmqfake.ParseFixture(line)
 		if err != nil || got != want {
 			t.Errorf("%q: %+v, %v; want %+v", line, got, err, want)
 		}
 	}
-	for _, bad := range []string{"topic", "topic a blue", "topic a lite queues=0", "group g retry=-1", "group g colour=red", "queue q", "group g bind="} {
+	for _, bad := range []string{"topic", "topic a blue", "topic a lite queues=0", "group g retry=-1", "group g colour=red", "queue q", "group g bind=", "group g event-cap=9", "group g event-cap=x", "group g event-cap=2147483648"} {
 		if _, err := rmqfake.ParseFixture(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}

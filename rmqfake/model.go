@@ -253,14 +253,16 @@ type group struct {
 	exclusive      bool
 	resetExclusive bool
 	topics         map[*topic]*groupTopic
-	// ring lists the lite topics of a wildcard group that may have something
-	// to deliver, in the order they became ready.
-	ring     []*liteCursor
-	ringHead int
-	// wildSubs counts the clients subscribed to a wildcard group
-	// (COMPLETE_ADD); fullDispatch is its pending full dispatch.
-	wildSubs     int
+	// clients are the wildcard subscriptions of the group (COMPLETE_ADD), in
+	// the order they joined; next rotates the first one an event is offered
+	// to; fullDispatch is its pending full dispatch; shared is the one event
+	// set of its clients with FastLiteDispatch; maxEvents is
+	// lite.sub.client.max.event.cnt (0: unset). dispatch.go.
+	clients      []*liteSub
+	next         int
 	fullDispatch *btimer
+	shared       eventSet
+	maxEvents    int
 	// liteAcked and liteDLQ count over all lite topics, including the ones
 	// dropped when idle.
 	liteAcked int64
@@ -393,6 +395,10 @@ type liteSub struct {
 	set      map[string]struct{}
 	rr       int
 	seen     int64 // last sync (ms), for SessionExpiry
+	// events is a wildcard client's event set (nil until its first event),
+	// blacklisted until when (ms) it gets no new event (dispatch.go).
+	events      *eventSet
+	blacklisted int64
 }
 
 // waiter is a long poll parked on a topic.

@@ -297,17 +297,7 @@ func (b *broker) popLite(r *popRequest, t *topic, g *group) []delivered {
 		if !sub.wildcard {
 			return nil // bound only by COMPLETE_ADD
 		}
-		for guard := 0; len(out) < r.batch && guard < 4*maxBatch; guard++ {
-			c := g.ringNext()
-			if c == nil {
-				break
-			}
-			if t.lite[c.lq.name] != c.lq {
-				continue // the lite topic was dropped while idle
-			}
-			out = b.popCursor(r, c, out)
-		}
-		return out
+		return b.popEvents(r, t, sub)
 	}
 	n := len(sub.names)
 	for i := 0; i < n && len(out) < r.batch; i++ {

@@ -52,8 +52,8 @@ type config struct {
 	acl         []ACLEntry
 	fixtures    []Fixture
 	logger      *slog.Logger
-	// fastDispatch: see FastLiteDispatch.
-	fastDispatch bool
+	// dispatch: FastLiteDispatch and the lite dispatch knobs (dispatch.go).
+	dispatch     dispatchConfig
 	project      bool
 	projectUsers bool
 	limits       limits
@@ -103,7 +103,7 @@ func Logger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // New starts a server and returns once it accepts connections.
 func New(opts ...Option) (*Server, error) {
-	cfg := config{addr: DefaultAddr, clock: RealClock(), limits: defaultLimits()}
+	cfg := config{addr: DefaultAddr, clock: RealClock(), limits: defaultLimits(), dispatch: defaultDispatch()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -140,7 +140,7 @@ func New(opts ...Option) (*Server, error) {
 	auth := newAuthenticator(cfg.creds, cfg.users, rules)
 	s := &Server{
 		cfg:  cfg,
-		b:    newBroker(cfg.clock, cfg.auto, cfg.fastDispatch),
+		b:    newBroker(cfg.clock, cfg.auto, cfg.dispatch),
 		ctl:  newControls(),
 		auth: auth,
 		log:  cfg.logger,

@@ -56,6 +56,10 @@ type GroupStats struct {
 	Topics map[string]Counts
 	// LiteTopics are a lite group's counts per lite topic.
 	LiteTopics map[string]Counts
+	// LiteEvents is how many lite topics wait in the event sets of a
+	// wildcard group's clients (with FastLiteDispatch, in the one set they
+	// share): what their pops will try next (see MaxClientEventCount).
+	LiteEvents int
 }
 
 // Stats is a snapshot of the server's state. Names are "namespace%name" for
@@ -99,7 +103,9 @@ func (s *Server) Stats() Stats {
 		return gs
 	}
 	for _, g := range b.groups {
-		st.Groups[g.key.String()] = groupStats(g)
+		gs := groupStats(g)
+		gs.LiteEvents = b.liteEvents(g)
+		st.Groups[g.key.String()] = gs
 	}
 	for _, t := range b.topics {
 		ts := TopicStats{Type: t.typ, Sent: t.sent, Scheduled: int64(len(t.scheduled))}

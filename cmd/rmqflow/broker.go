@@ -46,20 +46,26 @@ TLS uses a self-signed certificate valid for 127.0.0.1, ::1 and localhost;
 -ca-out FILE writes it (PEM) before the listening line, for the clients' -ca
 FILE (rmqflow produce/consume/demo -ca FILE, or tls.Config.RootCAs).
 
-A lite backlog reaches a newly subscribed wildcard consumer after 5 to 15 s,
-as on RocketMQ 5.5.0, unless -fast-lite-dispatch.
+Lite dispatch follows RocketMQ 5.5.0 unless -fast-lite-dispatch: a lite
+backlog reaches a newly subscribed wildcard consumer after 5 to 15 s; each
+wildcard client is handed at most 100 lite topics to pop at a time (the
+group's event-cap, else -max-client-event-count), and the lite topics that
+found every client's set full wait for a full dispatch (-lite-full-dispatch-delay
+after, on the -lite-event-check-interval scan: 10 to 20 s).
 
 A topic SPEC is NAME[:TYPE][:queues=N][:ttl=MINUTES], TYPE one of normal
 (the default), lite, fifo, delay or transaction, N from 1 to 1024 (default
 4); ttl (a lite topic's lite.topic.expiration, -1 to 43200; default -1,
 never) deletes a lite topic once its last message is that old (and at least
 15 min old; the scan runs every 2 min). A group SPEC is
-NAME[:retry=N][:bind=TOPIC][:wildcard][:exclusive][:fifo]: retry is the
+NAME[:retry=N][:bind=TOPIC][:wildcard][:exclusive][:fifo][:event-cap=N]: retry is the
 redeliveries before the group's DLQ (%DLQ%NAME; default 16), bind makes it a
 lite group of a LITE main topic, wildcard lets it receive every lite topic
 of that main topic, exclusive lets one client at a time hold a lite topic (a
 PARTIAL_ADD takes it from the others, who are sent NotifyUnsubscribeLite),
-fifo consumes each queue in order.
+fifo consumes each queue in order, event-cap (lite.sub.client.max.event.cnt,
+10 or more) is how many lite topics each client of a wildcard group is
+handed to pop at a time.
 
 Flags:
 `
@@ -95,6 +101,10 @@ type brokerFlags struct {
 	maxAutoTopics  int
 	sessionExpiry  time.Duration
 	maxLiteSubs    int
+	// lite dispatch (docs/rmqfake.md, Lite dispatch)
+	maxClientEvents int
+	liteEventCheck  time.Duration
+	liteFullDelay   time.Duration
 }
 
 type specList []string
@@ -124,6 +134,9 @@ func brokerFlagSet(out io.Writer) (*flag.FlagSet, *brokerFlags) {
 	fs.IntVar(&f.maxAutoTopics, "max-auto-topics", rmqfake.DefaultMaxAutoTopics, "with -auto-create, make at most `N` topics (past it a new topic is unknown); 0: no limit")
 	fs.DurationVar(&f.sessionExpiry, "session-expiry", rmqfake.DefaultSessionExpiry, "forget a client whose Telemetry stream ended this `long` after it was last heard from (the proxy's channel expiry); 0: never")
 	fs.IntVar(&f.maxLiteSubs, "max-lite-subscriptions", rmqfake.DefaultMaxLiteSubscriptions, "refuse PARTIAL_ADD once the clients hold `N` lite subscriptions in all (the broker's maxLiteSubscriptionCount; LITE_SUBSCRIPTION_QUOTA_EXCEEDED); 0: no limit")
+	fs.IntVar(&f.maxClientEvents, "max-client-event-count", rmqfake.DefaultMaxClientEventCount, "a wildcard client's event set holds at most `N` lite topics when its group has no event-cap (the broker's maxClientEventCount); 0: no cap")
+	fs.DurationVar(&f.liteEventCheck, "lite-event-check-interval", rmqfake.DefaultLiteEventCheckInterval, "run the lite event scan, which runs the full dispatches that are due, this `often` (the broker's liteEventCheckInterval)")
+	fs.DurationVar(&f.liteFullDelay, "lite-full-dispatch-delay", rmqfake.DefaultLiteFullDispatchDelay, "schedule a wildcard group's full dispatch this `long` after an event none of its clients could take (the broker's liteEventFullDispatchDelayTimeForWildcardGroup)")
 	fs.BoolVar(&f.json, "json", false, "the listening and stopped lines as JSON")
 	fs.BoolVar(&f.verbose, "v", false, "log the server's errors to stderr")
 	return fs, f
@@ -151,7 +164,9 @@ func (f *brokerFlags) options() ([]rmqfake.Option, error) {
 	opts = append(opts, rmqfake.Addr(f.listen), rmqfake.MaxStoredBytes(f.maxStoredBytes),
 		rmqfake.MaxLiteTopics(f.maxLiteTopics), rmqfake.MaxAutoGroups(f.maxAutoGroups),
 		rmqfake.MaxAutoTopics(f.maxAutoTopics),
-		rmqfake.SessionExpiry(f.sessionExpiry), rmqfake.MaxLiteSubscriptions(f.maxLiteSubs))
+		rmqfake.SessionExpiry(f.sessionExpiry), rmqfake.MaxLiteSubscriptions(f.maxLiteSubs),
+		rmqfake.MaxClientEventCount(f.maxClientEvents), rmqfake.LiteEventCheckInterval(f.liteEventCheck),
+		rmqfake.LiteFullDispatchDelay(f.liteFullDelay))
 	if f.autoCreate {
 		opts = append(opts, rmqfake.AutoCreate())
 	}

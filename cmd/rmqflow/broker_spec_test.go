@@ -24,7 +24,7 @@ func TestBrokerSpecWordsTakeEffect(t *testing.T) {
 	brokerHelp(&help)
 	text := strings.Join(strings.Fields(help.String()), " ")
 	for _, w := range []string{"normal", "lite", "fifo", "delay", "transaction", "queues=N", "ttl=MINUTES",
-		"retry=N", "bind=TOPIC", "wildcard", "exclusive"} {
+		"retry=N", "bind=TOPIC", "wildcard", "exclusive", "event-cap=N"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("the broker help does not document the SPEC word %q", w)
 		}
@@ -99,5 +99,72 @@ func TestBrokerSpecWordsTakeEffect(t *testing.T) {
 	clk.Advance(15 * time.Minute)
 	if _, ok := s.Stats().Topics[ns+"%t-ttl"].LiteTopics["a"]; ok {
 		t.Error("ttl=1: lite topic a, idle 15 min, still held after the TTL scan")
+	}
+}
+
+// TestBrokerLiteDispatchFlags: the lite dispatch knobs reach the server: a
+// group SPEC's event-cap=N caps its clients' event sets, and
+// -max-client-event-count the others'; -lite-event-check-interval and
+// -lite-full-dispatch-delay time the full dispatch that brings the rest.
+func TestBrokerLiteDispatchFlags(t *testing.T) {
+	fs, f := brokerFlagSet(&bytes.Buffer{})
+	args := []string{"-max-client-event-count", "12", "-lite-event-check-interval", "1s", "-lite-full-dispatch-delay", "3s",
+		"-topic", "t:lite", "-group", "g10:bind=t:wildcard:event-cap=10", "-group", "g:bind=t:wildcard"}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.resources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := f.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := rmqfake.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := rmqfake.NewForTest(t, append(opts[1:], rmqfake.WithClock(clk))...) // opts[0] is -listen
+	if err := create(s, res, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	open := func(sc client.SessionConfig) *client.Client {
+		c, err := client.New(client.Config{Endpoints: s.Addr()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		if _, err := c.OpenSession(ctx, sc); err != nil {
+			t.Fatalf("open %v session: %v", sc.Type, err)
+		}
+		return c
+	}
+	var cg *client.Client
+	for _, g := range []string{"g10", "g"} {
+		cg = open(client.SessionConfig{Type: client.LiteSimpleConsumer, Group: g, Subscriptions: []client.Subscription{{Topic: "t"}}, LiteWildcard: true})
+	}
+	clk.Advance(5 * time.Second) // the joins' full dispatches
+	p := open(client.SessionConfig{Type: client.Producer})
+	for i := range 30 {
+		if _, err := p.Send(ctx, &client.Message{Topic: "t", LiteTopic: "l" + strings.Repeat("x", i), Body: []byte("m")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := func() (int, int) { g := s.Stats().Groups; return g["g10"].LiteEvents, g["g"].LiteEvents }
+	if a, b := events(); a != 10 || b != 12 {
+		t.Fatalf("after 30 lite topics got a message: %d and %d in the event sets, want 10 (event-cap=10) and 12 (-max-client-event-count)", a, b)
+	}
+	msgs, err := cg.Receive(ctx, client.ReceiveRequest{Group: "g", Topic: "t", Lite: true, InvisibleDuration: time.Minute, LongPollingTimeout: 5 * time.Second})
+	if err != nil || len(msgs) != 12 {
+		t.Fatalf("receive of g: %d messages, %v; want 12", len(msgs), err)
+	}
+	// The full dispatch is due 3 s after the refusals, run by the 1 s scan.
+	clk.Advance(2 * time.Second)
+	if _, b := events(); b != 0 {
+		t.Fatalf("2 s after the refusals: %d lite topics in g's set, want 0", b)
+	}
+	clk.Advance(time.Second)
+	if _, b := events(); b != 12 {
+		t.Fatalf("3 s after the refusals: %d lite topics in g's set, want 12 (the full dispatch offers the 30 lite topics not acked, up to the cap)", b)
 	}
 }
