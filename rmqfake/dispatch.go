@@ -311,12 +311,14 @@ func (b *broker) offer(sub *liteSub, c *liteCursor, now int64) bool {
 }
 
 // armInactive arranges the scan that looks at sub's set once its client has
-// taken nothing for clientInactive (maybeBlock).
+// taken nothing for clientInactive (maybeBlock): the first scan after now
+// that is past that (a scan hands out the events of the sets it drops after
+// it looked at every set).
 func (b *broker) armInactive(sub *liteSub, set *eventSet) {
 	if set.check != nil {
 		return
 	}
-	set.check = b.after(b.nextScan(set.taken+clientInactive+1), func() {
+	set.check = b.after(b.nextScan(max(set.taken+clientInactive, b.nowMS())+1), func() {
 		set.check = nil
 		if sub.events != set || set.len() == 0 {
 			return

@@ -177,3 +177,39 @@ func TestFastLiteDispatchIgnoresCap(t *testing.T) {
 		t.Fatalf("FastLiteDispatch, cap 10: %d messages at once, want 40", n)
 	}
 }
+
+// Events go to a group's clients in turn; a set whose client has taken
+// nothing from it for 10 s is handed to the others at the next scan, and
+// its client gets no new event for 10 s (the broker's maybeBlock and
+// blacklist).
+func TestLiteEventSetOfAnIdleClient(t *testing.T) {
+	t.Parallel()
+	s, clk, p, _, _ := capServer(t) // its allGroup client is a, which never polls
+	b := session(t, s, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: allGroup,
+		Subscriptions: []client.Subscription{{Topic: capTopic}}, LiteWildcard: true})
+	clk.Advance(10 * time.Second) // b's join dispatch
+	t0 := clk.Now()
+	sendSpread(t, p, 4)
+	if n := s.Stats().Groups[allGroup].LiteEvents; n != 4 {
+		t.Fatalf("%d lite topics in the sets, want 4", n)
+	}
+	first := len(receiveNow(t, b, capReq(allGroup)))
+	if first != 2 {
+		t.Fatalf("b received %d at once, want 2 (events go to a and b in turn)", first)
+	}
+	// a polls never: at the scan 10 s past its set's creation its two lite
+	// topics go to b.
+	clk.Set(t0.Add(19 * time.Second))
+	if n := s.Stats().Groups[allGroup].LiteEvents; n != 2 {
+		t.Fatalf("at t0+19 s: %d lite topics in the sets, want a's 2", n)
+	}
+	clk.Set(t0.Add(20 * time.Second))
+	if got := receiveNow(t, b, capReq(allGroup)); len(got) != 2 {
+		t.Fatalf("after a's set was handed over: b received %d, want 2", len(got))
+	}
+	// a is blacklisted for 10 s: both new lite topics go to b.
+	sendSpread(t, p, 6) // l04, l05 are new
+	if got := receiveNow(t, b, capReq(allGroup)); len(got) != 2 {
+		t.Fatalf("a blacklisted: b received %d, want both new lite topics", len(got))
+	}
+}
