@@ -18,6 +18,9 @@
 #   scripts/rocketmq.sh apply FILE  create the topics and groups of FILE (the
 #                                format of scripts/rocketmq/fixtures.txt) on the
 #                                running broker: one JVM for the whole file
+#   scripts/rocketmq.sh conf     print the broker.conf `up` would start the
+#                                broker with (written to a temporary directory:
+#                                starts and changes nothing)
 #   scripts/rocketmq.sh pids     print "name pid" of each running JVM
 #                                (namesrv, broker, proxy; the benchmarks
 #                                sample these three, not the auth proxy)
@@ -43,6 +46,18 @@
 #   RMQ_MIN_LITE_TTL_MS, RMQ_LITE_TTL_CHECK_MS  broker.conf minLiteTTl and
 #                    liteTtlCheckInterval (default 0 and 20000, for conformance
 #                    scenario u; the 5.5.0 defaults are 900000 and 120000)
+#   RMQ_LITE_PROFILE  lite dispatch of the broker (docs/operations-lite.md):
+#                    default (the 5.5.0 settings, nothing written) or many
+#                    (many lite topics per wildcard group: 20000 lite topics
+#                    per client event set, 1 s scan and full-dispatch delays)
+#   RMQ_MAX_CLIENT_EVENT_COUNT, RMQ_LITE_EVENT_CHECK_MS,
+#   RMQ_LITE_FULL_DISPATCH_DELAY_MS, RMQ_LITE_CLIENT_FULL_DISPATCH_DELAY_MS
+#                    broker.conf maxClientEventCount, liteEventCheckInterval,
+#                    liteEventFullDispatchDelayTimeForWildcardGroup and
+#                    liteEventFullDispatchDelayTime, each over the profile
+#                    (5.5.0 defaults: 100, 10000, 10000, 10000). Read by `up`
+#                    when it starts the broker (and by `conf`); a running
+#                    broker keeps its settings until down and up
 #   RMQ_START_TIMEOUT seconds to wait for the gRPC port (default 120)
 #   RMQ_PROXY_STOP_GRACE  seconds restart-proxy lets the proxy exit before
 #                    killing it (default 3)
@@ -59,6 +74,7 @@ RMQ_BROKER_PORT=${RMQ_BROKER_PORT:-18911}
 RMQ_PROXY_REMOTING_PORT=${RMQ_PROXY_REMOTING_PORT:-18080}
 RMQ_MIN_LITE_TTL_MS=${RMQ_MIN_LITE_TTL_MS:-0}
 RMQ_LITE_TTL_CHECK_MS=${RMQ_LITE_TTL_CHECK_MS:-20000}
+RMQ_LITE_PROFILE=${RMQ_LITE_PROFILE:-default}
 RMQ_AUTH_GRPC_PORT=${RMQ_AUTH_GRPC_PORT:-18082}
 RMQ_AUTH_PROXY_REMOTING_PORT=${RMQ_AUTH_PROXY_REMOTING_PORT:-18083}
 RMQ_HEAP=${RMQ_HEAP:-1g}
@@ -92,6 +108,32 @@ fetch() {
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 pid_alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
+
+# lite_conf prints the broker.conf lines of the lite dispatch settings:
+# RMQ_LITE_PROFILE's, each overridden by its own variable; nothing for the
+# 5.5.0 defaults.
+lite_conf() {
+  local events="" check="" delay="" client_delay=""
+  case "$RMQ_LITE_PROFILE" in
+    default | "") ;;
+    many) events=20000 check=1000 delay=1000 client_delay=1000 ;;
+    *) die "RMQ_LITE_PROFILE=$RMQ_LITE_PROFILE: want default or many" ;;
+  esac
+  events=${RMQ_MAX_CLIENT_EVENT_COUNT:-$events}
+  check=${RMQ_LITE_EVENT_CHECK_MS:-$check}
+  delay=${RMQ_LITE_FULL_DISPATCH_DELAY_MS:-$delay}
+  client_delay=${RMQ_LITE_CLIENT_FULL_DISPATCH_DELAY_MS:-$client_delay}
+  local v
+  for v in "$events" "$check" "$delay" "$client_delay"; do
+    [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "lite dispatch setting \"$v\": want a positive whole number"
+  done
+  [ -z "$events$check$delay$client_delay" ] && return 0
+  echo "# Lite dispatch (RMQ_LITE_PROFILE=$RMQ_LITE_PROFILE; docs/operations-lite.md)."
+  [ -z "$events" ] || echo "maxClientEventCount=$events"
+  [ -z "$check" ] || echo "liteEventCheckInterval=$check"
+  [ -z "$delay" ] || echo "liteEventFullDispatchDelayTimeForWildcardGroup=$delay"
+  [ -z "$client_delay" ] || echo "liteEventFullDispatchDelayTime=$client_delay"
+}
 
 write_conf() {
   mkdir -p "$run/conf" "$run/store" "$run/home"
@@ -136,6 +178,7 @@ liteTtlCheckInterval=$RMQ_LITE_TTL_CHECK_MS
 authenticationMetadataProvider=org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider
 authorizationMetadataProvider=org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider
 CONF
+  lite_conf >>"$run/conf/broker.conf"
   cat >"$run/conf/rmq-proxy.json" <<CONF
 {
   "rocketMQClusterName": "$cluster",
@@ -424,5 +467,6 @@ case "${1:-}" in
   env) echo "RMQFLOW_ENDPOINT=$endpoint"; echo "RMQFLOW_AUTH_ENDPOINT=$auth_endpoint" ;;
   apply) apply "${2:-}" ;;
   pids) pids ;;
-  *) sed -n '2,45p' "$0"; exit 2 ;;
+  conf) run=$(mktemp -d); write_conf; cat "$run/conf/broker.conf"; rm -rf "$run" ;;
+  *) sed -n '2,63p' "$0"; exit 2 ;;
 esac

@@ -5,7 +5,7 @@
 //
 // The files, one entry per line ('#' starts a comment):
 //   topic <name> normal|lite|fifo|delay|transaction [queues=N] [ttl=MINUTES]
-//   group <name> [retry=N] [bind=<lite main topic>] [wildcard] [exclusive] [fifo]
+//   group <name> [retry=N] [bind=<lite main topic>] [wildcard] [exclusive] [fifo] [event-cap=N]
 //   user <name> <password> [super] [disabled]
 //   acl <user> <resource>[,<resource>...] <action>[,<action>...] allow|deny [ip=<ip or CIDR>[,...]]
 // A user is created or, when it exists, updated; a user's ACL is replaced by
@@ -114,6 +114,12 @@ public class Fixtures {
                 }
                 if (opts.containsKey("exclusive")) {
                     attrs.put("+lite.sub.model", "Exclusive");
+                }
+                // The event-set cap of each client of the group (the broker
+                // refuses less than 10); a line without it leaves an earlier
+                // value in place.
+                if (opts.containsKey("event-cap")) {
+                    attrs.put("+lite.sub.client.max.event.cnt", opts.get("event-cap"));
                 }
                 gc.setAttributes(attrs);
                 admin.createAndUpdateSubscriptionGroupConfig(addr, gc);
