@@ -49,7 +49,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."v", as in docs/broker-semantics.md
+	ID   string // "a".."w", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -78,6 +78,7 @@ var Scenarios = []Scenario{
 	{"t", "AuthAndACL", AuthAndACL},
 	{"u", "LiteTopicTTLExpiry", LiteTopicTTLExpiry},
 	{"v", "WildcardRejoin", WildcardRejoin},
+	{"w", "EventSetCap", EventSetCap},
 }
 
 // Env gives scenarios clients bound to the target.

@@ -15,6 +15,10 @@ type broker struct {
 	// disp is the lite dispatch settings (dispatch.go).
 	disp  dispatchConfig
 	start int64 // ms, when the server started (dispatch scans count from it)
+	// scanAt is the time of the scan running now (ms; 0: none): what a full
+	// dispatch schedules counts from it, as the broker's next scan starts
+	// after the one that scheduled it ends, whatever a timer's lateness.
+	scanAt int64
 	// restarting is set while Restart cuts connections, so that dropped
 	// Telemetry streams keep their lite subscriptions.
 	restarting bool

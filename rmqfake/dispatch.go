@@ -318,8 +318,11 @@ func (b *broker) armInactive(sub *liteSub, set *eventSet) {
 	if set.check != nil {
 		return
 	}
-	set.check = b.after(b.nextScan(max(set.taken+clientInactive, b.nowMS())+1), func() {
+	at := b.nextScan(max(set.taken+clientInactive, b.nowMS()) + 1)
+	set.check = b.after(at, func() {
 		set.check = nil
+		b.scanAt = at
+		defer func() { b.scanAt = 0 }()
 		if sub.events != set || set.len() == 0 {
 			return
 		}
@@ -354,9 +357,15 @@ func (b *broker) scheduleFullDispatch(g *group, delay int64) {
 	if g.fullDispatch != nil {
 		return
 	}
-	at := b.nextScan(b.nowMS() + max(delay, minFullDispatchDelay))
+	now := b.nowMS()
+	if b.scanAt != 0 {
+		now = b.scanAt
+	}
+	at := b.nextScan(now + max(delay, minFullDispatchDelay))
 	g.fullDispatch = b.after(at, func() {
 		g.fullDispatch = nil
+		b.scanAt = at
+		defer func() { b.scanAt = 0 }()
 		b.fullDispatch(g)
 	})
 }
