@@ -351,7 +351,7 @@ type liteCursor struct {
 	lq     *liteQueue
 	g      *group
 	ord    ordered
-	inRing bool
+	inRing bool // waiting in an event set of its group (dispatch.go)
 	acked  int64
 	dlq    int64
 }
