@@ -84,6 +84,7 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		"InvisibleDuration":        func(c *rmqflow.SourceConfig) { c.InvisibleDuration = -time.Second },
 		"MaxMessageNum":            func(c *rmqflow.SourceConfig) { c.MaxMessageNum = -1 },
 		"RenewalAheadTime":         func(c *rmqflow.SourceConfig) { c.RenewalAheadTime = -time.Second },
+		"RenewalConcurrency":       func(c *rmqflow.SourceConfig) { c.RenewalConcurrency = -1 },
 		"ReleaseInvisibleDuration": func(c *rmqflow.SourceConfig) { c.ReleaseInvisibleDuration = -time.Second },
 		"LiteRejoinAfter":          func(c *rmqflow.SourceConfig) { c.LiteRejoinAfter = 5 * time.Second },
 	}

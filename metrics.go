@@ -22,6 +22,7 @@ const (
 	MetricAckBatchSize   = "rmqflow.ack.batch.size"
 	MetricDefers         = "rmqflow.throttle.defers"
 	MetricRenewals       = "rmqflow.renewals"
+	MetricRenewalsLate   = "rmqflow.renewals.late"
 	MetricSends          = "rmqflow.sink.sends"
 	MetricDeadLettered   = "rmqflow.runner.dead_lettered"
 	MetricDeadLetterRisk = "rmqflow.runner.dead_letter_risk"
@@ -40,6 +41,7 @@ type metrics struct {
 	ackBatchH  metric.Int64Histogram
 	defersC    metric.Int64Counter
 	renewalsC  metric.Int64Counter
+	lateC      metric.Int64Counter
 	sendsC     metric.Int64Counter
 	deadC      metric.Int64Counter
 	riskC      metric.Int64Counter
@@ -62,6 +64,7 @@ func newMetrics(m metric.Meter) *metrics {
 	x.ackBatchH, _ = m.Int64Histogram(MetricAckBatchSize, metric.WithUnit("{entry}"), metric.WithDescription("entries per AckMessage RPC"))
 	x.defersC, _ = m.Int64Counter(MetricDefers, metric.WithUnit(unitMessages), metric.WithDescription("messages deferred by a throttle"))
 	x.renewalsC, _ = m.Int64Counter(MetricRenewals, metric.WithUnit("{renewal}"), metric.WithDescription("invisibility renewals by kind (queue, lease) and outcome"))
+	x.lateC, _ = m.Int64Counter(MetricRenewalsLate, metric.WithUnit("{renewal}"), metric.WithDescription("renewals answered after the invisibility they were to extend had ended (they overran RenewalAheadTime), by kind (queue, lease)"))
 	x.sendsC, _ = m.Int64Counter(MetricSends, metric.WithUnit(unitMessages), metric.WithDescription("messages sent by sinks, by outcome"))
 	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner gave up on, by the safety valve that fired and where they went"))
 	x.riskC, _ = m.Int64Counter(MetricDeadLetterRisk, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner held back behind their lite topic's head after the deliveries their group allows: the broker may dead-letter them"))
@@ -121,6 +124,10 @@ func (x *metrics) renewed(ctx context.Context, kind string, err error) {
 		outcome = "failed"
 	}
 	x.renewalsC.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", outcome)))
+}
+
+func (x *metrics) renewalLate(ctx context.Context, kind string) {
+	x.lateC.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
 }
 
 func (x *metrics) sent(ctx context.Context, err error) {

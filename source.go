@@ -75,6 +75,15 @@ type SourceConfig struct {
 	// DisableQueueRenewal turns off the renewal of queue-resident messages
 	// (on by default).
 	DisableQueueRenewal bool
+	// RenewalConcurrency is the most renewals (ChangeInvisibleDuration
+	// RPCs of queued and leased messages together) the source has on the
+	// wire at once; each look at what is due renews it soonest expiry
+	// first. Default 16 (DefaultRenewalConcurrency): at 40 ms per renewal,
+	// 1,000 leases in 2.5 s. A renewal answered after the invisibility it
+	// was to extend had ended is counted in rmqflow.renewals.late and
+	// logged (WARN): raise this or RenewalAheadTime when that happens. It
+	// does not bound the renewal Next makes at emission.
+	RenewalConcurrency int
 	// Leases, when enabled, keeps renewing emitted messages until they are
 	// acked through this process (see LeaseConfig). Off by default.
 	Leases LeaseConfig
@@ -145,6 +154,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	if c.RenewalAheadTime == 0 {
 		c.RenewalAheadTime = DefaultRenewalAheadTime
 	}
+	if c.RenewalConcurrency == 0 {
+		c.RenewalConcurrency = DefaultRenewalConcurrency
+	}
 	if c.MaxOutage == 0 {
 		c.MaxOutage = DefaultMaxOutage
 	}
@@ -207,6 +219,8 @@ func (c SourceConfig) validate() error {
 		return optionError("MaxMessageNum", "must be within 1..32")
 	case c.RenewalAheadTime < 0 || c.RenewalAheadTime >= c.InvisibleDuration:
 		return optionError("RenewalAheadTime", "must be positive and less than InvisibleDuration")
+	case c.RenewalConcurrency < 0:
+		return optionError("RenewalConcurrency", "must not be negative (zero means the default, 16)")
 	case c.ReleaseInvisibleDuration < 0:
 		return optionError("ReleaseInvisibleDuration", "must not be negative")
 	case c.MaxOutage < 0:
@@ -291,6 +305,13 @@ type Source[T any] struct {
 	acker  *Acker
 	leases *leaseTable // nil unless Leases.Enabled
 	clk    clock
+	slots  renewSlots // RenewalConcurrency: shared by the queue's renewer and the leases
+
+	// rpcCtx bounds the RPCs that a stop does not cut (lease renewals, giving
+	// messages back): Close cancels it (abandon) when its own context ends
+	// before they are answered.
+	rpcCtx  context.Context
+	abandon context.CancelFunc
 
 	smetrics *sourceMetrics
 
@@ -410,7 +431,8 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Source[T]{cfg: cfg, dec: dec, log: cfg.logger(), clk: wallClock}
+	s := &Source[T]{cfg: cfg, dec: dec, log: cfg.logger(), clk: wallClock, slots: newRenewSlots(cfg.RenewalConcurrency)}
+	s.rpcCtx, s.abandon = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.Meter)
 	s.smetrics = newSourceMetrics(cfg.Meter)
 	// Twice the receive window: while the consumer works through one batch
@@ -432,7 +454,7 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	s.pool = pool
 	s.acker = NewAcker(pool)
 	if cfg.Leases.Enabled {
-		s.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool.s, s.log, s.metrics)
+		s.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool.s, s.log, s.metrics, s.slots, s.clk, s.rpcCtx)
 		pool.s.addTable(s.leases) // any ack of a leased delivery through the pool ends its lease
 	}
 	return s, nil
@@ -454,7 +476,7 @@ func (s *Source[T]) useLeases() error {
 		return nil
 	}
 	s.cfg.Leases = LeaseConfig{Enabled: true}.withDefaults()
-	s.leases = newLeaseTable(s.cfg.Leases, s.cfg.InvisibleDuration, s.cfg.RenewalAheadTime, s.pool.s, s.log, s.metrics)
+	s.leases = newLeaseTable(s.cfg.Leases, s.cfg.InvisibleDuration, s.cfg.RenewalAheadTime, s.pool.s, s.log, s.metrics, s.slots, s.clk, s.rpcCtx)
 	s.pool.s.addTable(s.leases)
 	return nil
 }
@@ -699,7 +721,9 @@ func (s *Source[T]) fail(err error) {
 // again after d, and counts them under reason. Malformed ones cannot be
 // given back (no handle); the broker redelivers them when they expire.
 func (s *Source[T]) giveBack(ctx context.Context, b *binding, msgs []*client.ReceivedMessage, d time.Duration, reason string) {
-	ctx = context.WithoutCancel(ctx) // each RPC is bounded by RequestTimeout
+	// A stop does not cut these RPCs (each is bounded by RequestTimeout);
+	// Close does when its own context ends first.
+	ctx = s.rpcCtx
 	failed := 0
 	for _, m := range msgs {
 		if missing(m) != "" {
@@ -866,7 +890,15 @@ func (s *Source[T]) Drain() {
 // still queued back to the group (ChangeInvisibleDuration to
 // ReleaseInvisibleDuration), stops lease renewal, and closes the consumer
 // sessions. Messages already emitted stay valid: ack them through any Acker
-// or AckPool. ctx bounds the release and the session shutdown.
+// or AckPool.
+//
+// ctx bounds all of it, the renewals on the wire included: Close waits for
+// those (cut short, a renewal may change a message's handle on the broker
+// without this process learning the new one), and when ctx ends first it
+// cancels them and returns an error wrapping ctx.Err(). A message whose
+// renewal was cancelled keeps the handle it had here; an ack of it may then
+// not take, and it comes back when its invisibility ends (a duplicate,
+// never a loss).
 func (s *Source[T]) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -879,6 +911,7 @@ func (s *Source[T]) Close(ctx context.Context) error {
 	}
 	done := s.startDone
 	s.mu.Unlock()
+	defer s.abandon() // nothing of it is on the wire any more
 	if done != nil {
 		<-done // a Start in progress gives up and closes what it opened
 	}
@@ -889,12 +922,16 @@ func (s *Source[T]) Close(ctx context.Context) error {
 		s.q.close()
 		return s.releasePool(ctx)
 	}
-	s.stopFetch()
-	s.fetchWG.Wait()
-	s.stopRun()
-	s.wg.Wait()
-	left := s.q.close()
 	var errs []error
+	s.stopFetch()
+	if err := s.join(ctx, &s.fetchWG, "messages being given back"); err != nil {
+		errs = append(errs, err)
+	}
+	s.stopRun()
+	if err := s.join(ctx, &s.wg, "renewals"); err != nil {
+		errs = append(errs, err)
+	}
+	left := s.q.close()
 	if err := s.release(ctx, left); err != nil {
 		errs = append(errs, err)
 	}
@@ -903,6 +940,31 @@ func (s *Source[T]) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// join waits for the goroutines of wg, which have been told to stop. The
+// RPCs a stop does not cut (lease renewals, messages being given back)
+// have until ctx ends: then they are cancelled (abandon), the goroutines
+// end at once, and join returns an error naming what was on the wire.
+func (s *Source[T]) join(ctx context.Context, wg *sync.WaitGroup, what string) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.abandon()
+	<-done
+	return fmt.Errorf("rmqflow: %s still on the wire at close were cancelled: %w", what, ctx.Err())
 }
 
 // releasePool waits, bounded by ctx, for the acks and changes already
@@ -958,7 +1020,7 @@ func (s *Source[T]) closeClients(ctx context.Context) {
 func (s *Source[T]) renewQueued(ctx context.Context) {
 	tick := make(chan struct{}, 1)
 	for {
-		stop := s.clk.afterFunc(s.renewTick(), func() {
+		stop := s.clk.afterFunc(renewTick(s.cfg.RenewalAheadTime), func() {
 			select {
 			case tick <- struct{}{}:
 			default:
@@ -975,15 +1037,33 @@ func (s *Source[T]) renewQueued(ctx context.Context) {
 		if len(old) > 0 {
 			s.giveBackOld(ctx, old)
 		}
-		for _, e := range due {
-			s.renewEntry(ctx, e)
-		}
+		s.renewPass(ctx, due)
 	}
 }
 
-func (s *Source[T]) renewTick() time.Duration {
-	d := s.cfg.RenewalAheadTime / 4
-	return min(max(d, 50*time.Millisecond), time.Second)
+// renewPass renews the due entries (soonest expiry first, as scan returns
+// them), up to RenewalConcurrency at once with the leases' renewals, and
+// returns once all are answered.
+func (s *Source[T]) renewPass(ctx context.Context, due []*entry) {
+	if len(due) == 0 {
+		return
+	}
+	p := newRenewalPass("queue", s.log, s.metrics)
+	var wg sync.WaitGroup
+	for _, e := range due {
+		if s.slots.acquire(ctx) != nil {
+			break
+		}
+		p.add()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.slots.release()
+			s.renewEntry(ctx, e, p)
+		}()
+	}
+	p.dispatched()
+	wg.Wait()
 }
 
 // giveBackOld releases entries that waited longer than MaxQueueAge.
@@ -1026,13 +1106,30 @@ func (s *Source[T]) freshen(ctx context.Context, e *entry) bool {
 	return true
 }
 
-func (s *Source[T]) renewEntry(ctx context.Context, e *entry) {
+func (s *Source[T]) renewEntry(ctx context.Context, e *entry, p *renewalPass) {
+	var lateBy time.Duration
+	defer func() {
+		var name string
+		if lateBy > 0 {
+			name = ReceiptHandle{Group: e.bind.group, Topic: e.msg.Topic, LiteTopic: e.msg.LiteTopic,
+				MessageID: e.msg.MessageID, DeliveryAttempt: e.msg.DeliveryAttempt}.String()
+		}
+		p.answered(ctx, name, lateBy)
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.taken {
 		return // emitted meanwhile: leases (if on) take over
 	}
-	if err := s.renewLocked(ctx, e); err != nil && ctx.Err() == nil {
+	deadline := e.visibleAt
+	err := s.renewLocked(ctx, e)
+	if ctx.Err() != nil {
+		return // cut by Close
+	}
+	if answered := s.clk.now(); answered.After(deadline) {
+		lateBy = answered.Sub(deadline)
+	}
+	if err != nil {
 		s.log.Warn("rmqflow: renewing a queued message failed", "message_id", e.msg.MessageID, "err", err)
 	}
 }
