@@ -119,7 +119,6 @@ func TestRunnerShutdownWithRenewalsOnTheWire(t *testing.T) {
 // ends (7.0 s and 5..12 of 30 given back, measured on rmqfake; 2.0..4.1 s
 // and 30 of 30 with 16 releases at once).
 func TestRunnerShutdownGivesBackPromptly(t *testing.T) {
-	t.Skip("needs runner.go's dispatcher.giveBack to release concurrently (issue 24, point 3); remove this Skip with that change")
 	const n, shutdown, latency = 30, 500 * time.Millisecond, 2 * time.Second
 	took, _, back := runnerShutdownUnderRenewals(t, n, shutdown, latency)
 	if limit := shutdown + 2*latency + time.Second; took > limit {
