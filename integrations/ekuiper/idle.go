@@ -236,7 +236,7 @@ func getJSON(ctx context.Context, u string, v any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := restDo(req)
 	if err != nil {
 		return err
 	}
