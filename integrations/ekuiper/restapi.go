@@ -12,8 +12,8 @@ import (
 // in; RegisterWith takes it.
 type Config struct {
 	// RuleAPI is the base URL of eKuiper's REST API, where the source reads
-	// its rule's definition, topology and metrics, and restarts a rule
-	// whose definition changed. Empty: the environment's
+	// its rule's definition, topology and metrics and its stream's
+	// definition, and restarts a rule whose definition changed. Empty: the environment's
 	// $RMQFLOW_SQL_RULE_API, else http://<KUIPER__BASIC__RESTIP>:<...RESTPORT>
 	// (0.0.0.0 read as 127.0.0.1), else http://127.0.0.1:9081.
 	RuleAPI string
@@ -22,6 +22,10 @@ type Config struct {
 	// proxy) gives a client whose Transport adds it; rmqflow-sql gives one
 	// that dials eKuiper's own REST server on its private unix socket.
 	Client *http.Client
+	// SourceFile is the rocketmq source's configuration file, which the
+	// source reads to check a stream's CONF_KEY (checkConfKey). Empty:
+	// $KuiperBaseKey/etc/sources/rocketmq.yaml.
+	SourceFile string
 }
 
 var (

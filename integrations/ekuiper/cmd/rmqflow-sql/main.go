@@ -123,7 +123,8 @@ func run() error {
 		return err
 	}
 	ekuiperListener = inner.listen
-	rmqkuiper.RegisterWith(rmqkuiper.Config{RuleAPI: internalURL, Client: inner.client()})
+	rmqkuiper.RegisterWith(rmqkuiper.Config{RuleAPI: internalURL, Client: inner.client(),
+		SourceFile: filepath.Join(s.home, "etc", "sources", "rocketmq.yaml")})
 	modules.RegisterConfHook(s.confHook)
 	srv := newGate(s.token, inner).server()
 	go func() {
