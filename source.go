@@ -293,6 +293,8 @@ type Source[T any] struct {
 	clk    clock
 
 	smetrics *sourceMetrics
+	// unobserve unregisters the queue-depth callback (Close).
+	unobserve func()
 
 	mu          sync.Mutex
 	started     bool
@@ -424,12 +426,12 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 		s.binds = append(s.binds, &binding{topic: cfg.Topic, group: cfg.Group, filter: cfg.Filter})
 	}
 	s.q = newQueue(perBinding, cfg.MaxMessageNum)
-	s.metrics.observeQueue(s.q.len)
 	pool, err := AcquireAckPool(AckPoolConfig{Connection: cfg.Connection})
 	if err != nil {
 		return nil, err
 	}
 	s.pool = pool
+	s.unobserve = s.metrics.observeQueue(s.q.len) // after the last error: Close unregisters it
 	s.acker = NewAcker(pool)
 	if cfg.Leases.Enabled {
 		s.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool.s, s.log, s.metrics)
@@ -865,8 +867,9 @@ func (s *Source[T]) Drain() {
 // Close stops receiving, waits for the fetch goroutines, gives every message
 // still queued back to the group (ChangeInvisibleDuration to
 // ReleaseInvisibleDuration), stops lease renewal, and closes the consumer
-// sessions. Messages already emitted stay valid: ack them through any Acker
-// or AckPool. ctx bounds the release and the session shutdown.
+// sessions. It unregisters the source's metric callback (the queue depth).
+// Messages already emitted stay valid: ack them through any Acker or
+// AckPool. ctx bounds the release and the session shutdown.
 func (s *Source[T]) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -879,6 +882,7 @@ func (s *Source[T]) Close(ctx context.Context) error {
 	}
 	done := s.startDone
 	s.mu.Unlock()
+	s.unobserve()
 	if done != nil {
 		<-done // a Start in progress gives up and closes what it opened
 	}
