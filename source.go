@@ -591,6 +591,9 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		BatchSize: s.cfg.MaxMessageNum, InvisibleDuration: s.cfg.InvisibleDuration,
 		LongPollingTimeout: s.cfg.AwaitDuration,
 	}
+	// A retry after a poll whose answer was lost repeats its attempt id, so
+	// that the broker hands out again what it may have popped for it.
+	poller := b.c.NewPoller()
 	for {
 		// Reserve room in the binding's share first and ask for no more: a
 		// full share stops receiving.
@@ -600,7 +603,7 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		}
 		req.BatchSize = room
 		t0, polledAt := time.Now(), s.clk.now()
-		msgs, err := b.c.Receive(ctx, req)
+		msgs, err := poller.Receive(ctx, req)
 		s.metrics.receiveLatency(ctx, time.Since(t0))
 		s.metrics.fetched(ctx, len(msgs), b)
 		if len(msgs) > room {
