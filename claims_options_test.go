@@ -86,6 +86,9 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		"RenewalAheadTime":         func(c *rmqflow.SourceConfig) { c.RenewalAheadTime = -time.Second },
 		"ReleaseInvisibleDuration": func(c *rmqflow.SourceConfig) { c.ReleaseInvisibleDuration = -time.Second },
 		"LiteRejoinAfter":          func(c *rmqflow.SourceConfig) { c.LiteRejoinAfter = 5 * time.Second },
+		"UndecodableInvisibleDuration": func(c *rmqflow.SourceConfig) {
+			c.UndecodableInvisibleDuration = -time.Second
+		},
 	}
 	for option, set := range source {
 		c := base

@@ -112,6 +112,19 @@ type SourceConfig struct {
 	// lite topics, and a message that arrives between the two calls may
 	// wait for that pass.
 	LiteRejoinAfter time.Duration
+	// UndecodableInvisibleDuration is the most invisibility a message whose
+	// body the Decoder refused (AckableMessage.Err) is emitted with: unless
+	// a Runner drives the source, the source neither leases nor renews such
+	// a message, and cuts what is left of its invisibility to this
+	// (ChangeInvisibleDuration) when more is left, so that a message nobody
+	// acts on comes back soon, counting a delivery, and ends in the group's
+	// dead-letter queue after the group's retries instead of holding its
+	// lite topic (or FIFO message group) for InvisibleDuration on each
+	// delivery. Extend it (Acker.ChangeInvisibleDuration) to keep it longer.
+	// Under a Runner it is leased like every other message, since the
+	// runner's handler decides on it. Default 10 s; Forever: leave it what
+	// it has (no RPC).
+	UndecodableInvisibleDuration time.Duration
 }
 
 // Forever, as MaxOutage or MaxQueueAge, turns the bound off.
@@ -127,6 +140,9 @@ const (
 	// the group stays a member on 5.5.0).
 	DefaultLiteRejoinAfter = 30 * time.Second
 	maxLiteRejoins         = 4
+	// DefaultUndecodableInvisibleDuration is
+	// SourceConfig.UndecodableInvisibleDuration's default.
+	DefaultUndecodableInvisibleDuration = 10 * time.Second
 )
 
 func (c SourceConfig) withDefaults() SourceConfig {
@@ -153,6 +169,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.LiteRejoinAfter == 0 {
 		c.LiteRejoinAfter = DefaultLiteRejoinAfter
+	}
+	if c.UndecodableInvisibleDuration == 0 {
+		c.UndecodableInvisibleDuration = DefaultUndecodableInvisibleDuration
 	}
 	c.Leases = c.Leases.withDefaults()
 	return c
@@ -215,6 +234,8 @@ func (c SourceConfig) validate() error {
 		return optionError("MaxQueueAge", "must not be negative (Forever turns the cap off)")
 	case c.LiteRejoinAfter > 0 && c.LiteRejoinAfter < 10*time.Second:
 		return optionError("LiteRejoinAfter", "must be at least 10s (each re-join costs the broker a pass over the main topic's lite topics; the broker itself looks 5 to 15 s after a join), or negative for never")
+	case c.UndecodableInvisibleDuration < 0:
+		return optionError("UndecodableInvisibleDuration", "must not be negative (Forever leaves an undecodable message the invisibility it has)")
 	}
 	return c.Leases.validate()
 }
@@ -291,6 +312,10 @@ type Source[T any] struct {
 	acker  *Acker
 	leases *leaseTable // nil unless Leases.Enabled
 	clk    clock
+	// leaseUndecodable: a Runner drives the source, so a message that did
+	// not decode is leased for its handler like the others, and its
+	// invisibility is not cut. Set before Start.
+	leaseUndecodable bool
 
 	smetrics *sourceMetrics
 	// unobserve unregisters the queue-depth callback (Close).
@@ -452,7 +477,11 @@ func (s *Source[T]) useLeases() error {
 		return ErrSourceClosed
 	case s.started:
 		return errors.New("rmqflow: a Runner needs a source that has not started (it starts it)")
-	case s.leases != nil:
+	}
+	// The runner's handler decides on every message, undecodable ones
+	// included, and the runner may hold one for as long as a decoded one.
+	s.leaseUndecodable = true
+	if s.leases != nil {
 		return nil
 	}
 	s.cfg.Leases = LeaseConfig{Enabled: true}.withDefaults()
@@ -780,11 +809,25 @@ func (s *Source[T]) entries(b *binding, msgs []*client.ReceivedMessage, polledAt
 //     permanent refusal, or an outage longer than MaxOutage) and the queue
 //     is empty; every later call returns it again.
 func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
-	var e *entry
+	var (
+		e        *entry
+		value    T
+		decodeEr error
+		meta     Metadata
+	)
 	for {
 		var err error
 		if e, err = s.q.take(ctx); err != nil {
 			return nil, err
+		}
+		meta = metadataOf(e.msg, e.receivedAt)
+		value, decodeEr = *new(T), nil
+		if e.bad == nil {
+			value, decodeEr = s.dec.Decode(e.msg.Body, &meta)
+		}
+		if decodeEr != nil && !s.leaseUndecodable {
+			s.cutUndecodable(ctx, e) // instead of a renewal: it is emitted in any case
+			break
 		}
 		if s.freshen(ctx, e) {
 			break
@@ -804,7 +847,7 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 	handle := e.handle
 	e.mu.Unlock()
 	m := &AckableMessage[T]{
-		Meta: metadataOf(e.msg, e.receivedAt),
+		Meta: meta,
 		Handle: ReceiptHandle{
 			Endpoints: s.cfg.Endpoints, Namespace: s.cfg.Namespace, Group: e.bind.group,
 			Topic: e.msg.Topic, LiteTopic: e.msg.LiteTopic, MessageID: e.msg.MessageID,
@@ -817,11 +860,13 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 		s.metrics.emitted(ctx)
 		return m, nil
 	}
-	m.Value, m.Err = s.dec.Decode(e.msg.Body, &m.Meta)
+	m.Value, m.Err = value, decodeEr
 	if m.Err != nil {
 		s.metrics.decodeFailed(ctx)
 	}
-	if s.leases != nil && m.Err == nil { // a message that failed to decode is not leased
+	// A message that failed to decode is leased only under a Runner, whose
+	// handler decides on it (UndecodableInvisibleDuration).
+	if s.leases != nil && (m.Err == nil || s.leaseUndecodable) {
 		s.leases.add(m.Handle, e.visibleAt)
 		m.Handle.owner = s.leases // encoding the handle hands the delivery off
 	}
@@ -1031,6 +1076,34 @@ func (s *Source[T]) freshen(ctx context.Context, e *entry) bool {
 		return false
 	}
 	return true
+}
+
+// cutUndecodable cuts the invisibility left to a taken entry whose body did
+// not decode to UndecodableInvisibleDuration, when more is left, and swaps in
+// the new handle. A failure is logged: the message is emitted all the same,
+// with what it has.
+func (s *Source[T]) cutUndecodable(ctx context.Context, e *entry) {
+	d := s.cfg.UndecodableInvisibleDuration
+	if d == Forever {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.visibleAt.Sub(s.clk.now()) <= d {
+		return
+	}
+	t0 := s.clk.now()
+	h, err := e.bind.c.ChangeInvisibleDuration(context.WithoutCancel(ctx), client.ChangeInvisibleRequest{
+		Group: e.bind.group, Topic: e.msg.Topic, MessageID: e.msg.MessageID, ReceiptHandle: e.handle,
+		LiteTopic: e.msg.LiteTopic, InvisibleDuration: d,
+	})
+	if err != nil {
+		s.log.Warn("rmqflow: shortening the invisibility of a message that did not decode failed; it is emitted with what it has left",
+			"message_id", e.msg.MessageID, "err", err)
+		return
+	}
+	e.handle = h
+	e.visibleAt = t0.Add(d)
 }
 
 func (s *Source[T]) renewEntry(ctx context.Context, e *entry) {
