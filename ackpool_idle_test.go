@@ -178,44 +178,86 @@ func TestAckPoolEvictionLosesNoAck(t *testing.T) {
 // TestAckPoolSubmitRacesClose replays the race of an ack with the close of
 // its queue step by step: the ack has found and registered with the queue
 // when the queue closes (for idleness or MaxQueues), and only then submits.
-// Either it gets in before the queue's last flush and is sent by it, or it
-// is refused with errQueueClosed and the pool hands it to a new queue; in
-// both cases the broker acks it. 40 rounds take both ways.
+// With room in the closing queue it gets in and the queue's last flush sends
+// it; with the queue full (MaxBatch 1: 4 acks) it is refused with
+// errQueueClosed and the pool hands it to a new queue. The broker acks every
+// one.
 func TestAckPoolSubmitRacesClose(t *testing.T) {
-	const n = 40
+	const rounds, room = 10, 4
 	s := fakeNormal(t)
-	hs := received(t, s, client.Credentials{}, n)
-	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr()}})
+	hs := received(t, s, client.Credentials{}, rounds*(1+room))
+	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr()}, MaxBatch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Release(context.Background())
 	p := pool.s
 	ctx := rmqtest.Context(t, 30*time.Second)
+	var fs []*AckFuture
 	refused := 0
-	for i, h := range hs {
-		b, err := p.batcher(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.mu.Lock()
-		delete(p.batchers, b.key)
-		b.close(errQueueClosed)
-		p.mu.Unlock()
-		f := newFuture(nil)
-		if err := b.submit(ctx, ackReq{ctx: ctx, h: h, f: f}); err != nil {
-			if !errors.Is(err, errQueueClosed) {
-				t.Fatalf("round %d: submit to a closing queue: %v", i, err)
+	for i := range rounds {
+		h, fill := hs[i*(1+room)], hs[i*(1+room)+1:(i+1)*(1+room)]
+		full := i%2 == 1
+		var (
+			b  *batcher
+			ac *ackClient
+		)
+		if full {
+			// A queue just opened, whose goroutine has not started: it
+			// cannot drain what it holds while the test fills it.
+			if ac, err = p.client(h.Endpoints, h.Namespace); err != nil {
+				t.Fatal(err)
 			}
-			refused++
-			p.enqueue(ctx, h, f) // what enqueue does on errQueueClosed
+			b = newBatcher(batchKey{s.Addr(), h.Namespace, h.Group, h.Topic}, ac.c, p)
+			b.register()
+			b.close(errQueueClosed)
+			for _, x := range fill {
+				f := newFuture(nil)
+				b.in <- ackReq{ctx: ctx, h: x, f: f}
+				fs = append(fs, f)
+			}
+		} else {
+			if b, err = p.batcher(h); err != nil {
+				t.Fatal(err)
+			}
+			p.mu.Lock()
+			delete(p.batchers, b.key)
+			b.close(errQueueClosed)
+			p.mu.Unlock()
+			for _, x := range fill {
+				fs = append(fs, pool.AckAsync(ctx, x))
+			}
 		}
-		if err := f.wait(ctx); err != nil {
-			t.Errorf("round %d: %v", i, err)
+		f := newFuture(nil)
+		fs = append(fs, f)
+		err = b.submit(ctx, ackReq{ctx: ctx, h: h, f: f})
+		switch {
+		case errors.Is(err, errQueueClosed): // with room, only if the reused queue filled up meanwhile
+			if full {
+				refused++
+			}
+			p.enqueue(ctx, h, f) // what enqueue does on errQueueClosed
+		case err != nil:
+			t.Fatalf("round %d (full %v): submit to a closing queue: %v", i, full, err)
+		}
+		if full { // now the closed queue sends what it holds
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				b.run()
+				p.unref(ac)
+			}()
 		}
 	}
-	t.Logf("%d of %d submits were refused by the closing queue and went to its successor", refused, n)
-	if got := acked(s); got != n {
-		t.Errorf("broker acked %d, want %d", got, n)
+	for i, f := range fs {
+		if err := f.wait(ctx); err != nil {
+			t.Errorf("ack %d: %v", i, err)
+		}
+	}
+	if refused != rounds/2 {
+		t.Errorf("%d submits refused by a full closing queue, want %d", refused, rounds/2)
+	}
+	if got := acked(s); got != int64(len(hs)) {
+		t.Errorf("broker acked %d, want %d", got, len(hs))
 	}
 }

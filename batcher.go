@@ -75,6 +75,13 @@ func (b *batcher) register() {
 // register.
 func (b *batcher) submit(ctx context.Context, r ackReq) error {
 	defer b.submitting.Done()
+	// Room in the queue takes the ack even once the batcher is closing: it
+	// still sends what its queue holds.
+	select {
+	case b.in <- r:
+		return nil
+	default:
+	}
 	select {
 	case b.in <- r:
 		return nil
