@@ -87,6 +87,9 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		"RenewalConcurrency":       func(c *rmqflow.SourceConfig) { c.RenewalConcurrency = -1 },
 		"ReleaseInvisibleDuration": func(c *rmqflow.SourceConfig) { c.ReleaseInvisibleDuration = -time.Second },
 		"LiteRejoinAfter":          func(c *rmqflow.SourceConfig) { c.LiteRejoinAfter = 5 * time.Second },
+		"UndecodableInvisibleDuration": func(c *rmqflow.SourceConfig) {
+			c.UndecodableInvisibleDuration = -time.Second
+		},
 	}
 	for option, set := range source {
 		c := base
@@ -153,6 +156,8 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		"MaxInFlight":  func(c *rmqflow.AckPoolConfig) { c.MaxInFlight = -1 },
 		"MaxBatch ":    func(c *rmqflow.AckPoolConfig) { c.MaxBatch = math.MaxInt }, // panicked in the first Ack
 		"MaxInFlight ": func(c *rmqflow.AckPoolConfig) { c.MaxInFlight = math.MaxInt },
+		"IdleTimeout":  func(c *rmqflow.AckPoolConfig) { c.IdleTimeout = -time.Second },
+		"MaxQueues":    func(c *rmqflow.AckPoolConfig) { c.MaxQueues = -1 },
 		"Credentials":  func(c *rmqflow.AckPoolConfig) { c.Credentials = nil; c.Connection.Credentials.AccessSecret = "s" },
 	}
 	for option, set := range pool {

@@ -17,7 +17,8 @@ const DefaultLeaseMaxExtension = time.Hour
 
 // LeaseConfig turns on leases (beyond the Flink connector, like the Pub/Sub
 // Go client's lease extension): every message a source emits with a decoded
-// value (m.Err == nil) keeps being renewed, RenewalAheadTime before its
+// value (m.Err == nil; under a Runner, every message, since its handler
+// decides also for one that did not decode) keeps being renewed, RenewalAheadTime before its
 // invisibility ends, until MaxExtension has passed since it was emitted or
 // the lease ends. Renewals go soonest expiry first, up to the source's
 // RenewalConcurrency at once; one the broker refuses as an expired handle

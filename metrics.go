@@ -3,6 +3,7 @@ package rmqflow
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
@@ -71,17 +72,25 @@ func newMetrics(m metric.Meter) *metrics {
 	return x
 }
 
-// observeQueue registers the queue-depth gauge for a source.
-func (x *metrics) observeQueue(depth func() int) {
+// observeQueue registers the queue-depth gauge for a source and returns
+// what unregisters it (the source's Close): a registered callback keeps the
+// source reachable from the meter and reported for as long as the meter
+// lives.
+func (x *metrics) observeQueue(depth func() int) (unregister func()) {
 	g, err := x.meter.Int64ObservableGauge(MetricQueueDepth, metric.WithUnit(unitMessages), metric.WithDescription("messages fetched but not yet emitted"))
 	if err != nil {
-		return
+		return func() {}
 	}
 	x.queueGauge = g
-	_, _ = x.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	reg, err := x.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(g, int64(depth()))
 		return nil
 	}, g)
+	if err != nil || reg == nil {
+		return func() {}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = reg.Unregister() }) }
 }
 
 func (x *metrics) fetched(ctx context.Context, n int, b *binding) {

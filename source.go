@@ -121,6 +121,19 @@ type SourceConfig struct {
 	// lite topics, and a message that arrives between the two calls may
 	// wait for that pass.
 	LiteRejoinAfter time.Duration
+	// UndecodableInvisibleDuration is the most invisibility a message whose
+	// body the Decoder refused (AckableMessage.Err) is emitted with: unless
+	// a Runner drives the source, the source neither leases nor renews such
+	// a message, and cuts what is left of its invisibility to this
+	// (ChangeInvisibleDuration) when more is left, so that a message nobody
+	// acts on comes back soon, counting a delivery, and ends in the group's
+	// dead-letter queue after the group's retries instead of holding its
+	// lite topic (or FIFO message group) for InvisibleDuration on each
+	// delivery. Extend it (Acker.ChangeInvisibleDuration) to keep it longer.
+	// Under a Runner it is leased like every other message, since the
+	// runner's handler decides on it. Default 10 s; Forever: leave it what
+	// it has (no RPC).
+	UndecodableInvisibleDuration time.Duration
 }
 
 // Forever, as MaxOutage or MaxQueueAge, turns the bound off.
@@ -136,6 +149,9 @@ const (
 	// the group stays a member on 5.5.0).
 	DefaultLiteRejoinAfter = 30 * time.Second
 	maxLiteRejoins         = 4
+	// DefaultUndecodableInvisibleDuration is
+	// SourceConfig.UndecodableInvisibleDuration's default.
+	DefaultUndecodableInvisibleDuration = 10 * time.Second
 )
 
 func (c SourceConfig) withDefaults() SourceConfig {
@@ -165,6 +181,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.LiteRejoinAfter == 0 {
 		c.LiteRejoinAfter = DefaultLiteRejoinAfter
+	}
+	if c.UndecodableInvisibleDuration == 0 {
+		c.UndecodableInvisibleDuration = DefaultUndecodableInvisibleDuration
 	}
 	c.Leases = c.Leases.withDefaults()
 	return c
@@ -229,6 +248,8 @@ func (c SourceConfig) validate() error {
 		return optionError("MaxQueueAge", "must not be negative (Forever turns the cap off)")
 	case c.LiteRejoinAfter > 0 && c.LiteRejoinAfter < 10*time.Second:
 		return optionError("LiteRejoinAfter", "must be at least 10s (each re-join costs the broker a pass over the main topic's lite topics; the broker itself looks 5 to 15 s after a join), or negative for never")
+	case c.UndecodableInvisibleDuration < 0:
+		return optionError("UndecodableInvisibleDuration", "must not be negative (Forever leaves an undecodable message the invisibility it has)")
 	}
 	return c.Leases.validate()
 }
@@ -313,7 +334,14 @@ type Source[T any] struct {
 	rpcCtx  context.Context
 	abandon context.CancelFunc
 
+	// leaseUndecodable: a Runner drives the source, so a message that did
+	// not decode is leased for its handler like the others, and its
+	// invisibility is not cut. Set before Start.
+	leaseUndecodable bool
+
 	smetrics *sourceMetrics
+	// unobserve unregisters the queue-depth callback (Close).
+	unobserve func()
 
 	mu          sync.Mutex
 	started     bool
@@ -446,12 +474,12 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 		s.binds = append(s.binds, &binding{topic: cfg.Topic, group: cfg.Group, filter: cfg.Filter})
 	}
 	s.q = newQueue(perBinding, cfg.MaxMessageNum)
-	s.metrics.observeQueue(s.q.len)
 	pool, err := AcquireAckPool(AckPoolConfig{Connection: cfg.Connection})
 	if err != nil {
 		return nil, err
 	}
 	s.pool = pool
+	s.unobserve = s.metrics.observeQueue(s.q.len) // after the last error: Close unregisters it
 	s.acker = NewAcker(pool)
 	if cfg.Leases.Enabled {
 		s.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool.s, s.log, s.metrics, s.slots, s.clk, s.rpcCtx)
@@ -472,7 +500,11 @@ func (s *Source[T]) useLeases() error {
 		return ErrSourceClosed
 	case s.started:
 		return errors.New("rmqflow: a Runner needs a source that has not started (it starts it)")
-	case s.leases != nil:
+	}
+	// The runner's handler decides on every message, undecodable ones
+	// included, and the runner may hold one for as long as a decoded one.
+	s.leaseUndecodable = true
+	if s.leases != nil {
 		return nil
 	}
 	s.cfg.Leases = LeaseConfig{Enabled: true}.withDefaults()
@@ -611,6 +643,9 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		BatchSize: s.cfg.MaxMessageNum, InvisibleDuration: s.cfg.InvisibleDuration,
 		LongPollingTimeout: s.cfg.AwaitDuration,
 	}
+	// A retry after a poll whose answer was lost repeats its attempt id, so
+	// that the broker hands out again what it may have popped for it.
+	poller := b.c.NewPoller()
 	for {
 		// Reserve room in the binding's share first and ask for no more: a
 		// full share stops receiving.
@@ -620,7 +655,7 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		}
 		req.BatchSize = room
 		t0, polledAt := time.Now(), s.clk.now()
-		msgs, err := b.c.Receive(ctx, req)
+		msgs, err := poller.Receive(ctx, req)
 		s.metrics.receiveLatency(ctx, time.Since(t0))
 		s.metrics.fetched(ctx, len(msgs), b)
 		if len(msgs) > room {
@@ -799,11 +834,25 @@ func (s *Source[T]) entries(b *binding, msgs []*client.ReceivedMessage, polledAt
 //     permanent refusal, or an outage longer than MaxOutage) and the queue
 //     is empty; every later call returns it again.
 func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
-	var e *entry
+	var (
+		e        *entry
+		value    T
+		decodeEr error
+		meta     Metadata
+	)
 	for {
 		var err error
 		if e, err = s.q.take(ctx); err != nil {
 			return nil, err
+		}
+		meta = metadataOf(e.msg, e.receivedAt)
+		value, decodeEr = *new(T), nil
+		if e.bad == nil {
+			value, decodeEr = s.dec.Decode(e.msg.Body, &meta)
+		}
+		if decodeEr != nil && !s.leaseUndecodable {
+			s.cutUndecodable(ctx, e) // instead of a renewal: it is emitted in any case
+			break
 		}
 		if s.freshen(ctx, e) {
 			break
@@ -823,7 +872,7 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 	handle := e.handle
 	e.mu.Unlock()
 	m := &AckableMessage[T]{
-		Meta: metadataOf(e.msg, e.receivedAt),
+		Meta: meta,
 		Handle: ReceiptHandle{
 			Endpoints: s.cfg.Endpoints, Namespace: s.cfg.Namespace, Group: e.bind.group,
 			Topic: e.msg.Topic, LiteTopic: e.msg.LiteTopic, MessageID: e.msg.MessageID,
@@ -836,11 +885,13 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 		s.metrics.emitted(ctx)
 		return m, nil
 	}
-	m.Value, m.Err = s.dec.Decode(e.msg.Body, &m.Meta)
+	m.Value, m.Err = value, decodeEr
 	if m.Err != nil {
 		s.metrics.decodeFailed(ctx)
 	}
-	if s.leases != nil && m.Err == nil { // a message that failed to decode is not leased
+	// A message that failed to decode is leased only under a Runner, whose
+	// handler decides on it (UndecodableInvisibleDuration).
+	if s.leases != nil && (m.Err == nil || s.leaseUndecodable) {
 		s.leases.add(m.Handle, e.visibleAt)
 		m.Handle.owner = s.leases // encoding the handle hands the delivery off
 	}
@@ -889,8 +940,9 @@ func (s *Source[T]) Drain() {
 // Close stops receiving, waits for the fetch goroutines, gives every message
 // still queued back to the group (ChangeInvisibleDuration to
 // ReleaseInvisibleDuration), stops lease renewal, and closes the consumer
-// sessions. Messages already emitted stay valid: ack them through any Acker
-// or AckPool.
+// sessions. It unregisters the source's metric callback (the queue depth).
+// Messages already emitted stay valid: ack them through any Acker or
+// AckPool.
 //
 // ctx bounds all of it, the renewals on the wire included: Close waits for
 // those (cut short, a renewal may change a message's handle on the broker
@@ -912,6 +964,7 @@ func (s *Source[T]) Close(ctx context.Context) error {
 	done := s.startDone
 	s.mu.Unlock()
 	defer s.abandon() // nothing of it is on the wire any more
+	s.unobserve()
 	if done != nil {
 		<-done // a Start in progress gives up and closes what it opened
 	}
@@ -1104,6 +1157,34 @@ func (s *Source[T]) freshen(ctx context.Context, e *entry) bool {
 		return false
 	}
 	return true
+}
+
+// cutUndecodable cuts the invisibility left to a taken entry whose body did
+// not decode to UndecodableInvisibleDuration, when more is left, and swaps in
+// the new handle. A failure is logged: the message is emitted all the same,
+// with what it has.
+func (s *Source[T]) cutUndecodable(ctx context.Context, e *entry) {
+	d := s.cfg.UndecodableInvisibleDuration
+	if d == Forever {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.visibleAt.Sub(s.clk.now()) <= d {
+		return
+	}
+	t0 := s.clk.now()
+	h, err := e.bind.c.ChangeInvisibleDuration(context.WithoutCancel(ctx), client.ChangeInvisibleRequest{
+		Group: e.bind.group, Topic: e.msg.Topic, MessageID: e.msg.MessageID, ReceiptHandle: e.handle,
+		LiteTopic: e.msg.LiteTopic, InvisibleDuration: d,
+	})
+	if err != nil {
+		s.log.Warn("rmqflow: shortening the invisibility of a message that did not decode failed; it is emitted with what it has left",
+			"message_id", e.msg.MessageID, "err", err)
+		return
+	}
+	e.handle = h
+	e.visibleAt = t0.Add(d)
 }
 
 func (s *Source[T]) renewEntry(ctx context.Context, e *entry, p *renewalPass) {
