@@ -97,7 +97,9 @@ func TestExternalModule(t *testing.T) {
 				t.Helper()
 				cmd := exec.Command("sh", "-c", line)
 				cmd.Dir = wd
-				cmd.Env = append(os.Environ(), "GOWORK=", "GOFLAGS=")
+				// -race: the integrations' own suites build the same
+				// packages with -race later in make test, and reuse them.
+				cmd.Env = append(os.Environ(), "GOWORK=", "GOFLAGS=-race")
 				if out, err := cmd.CombinedOutput(); err != nil {
 					t.Fatalf("%s (in %s): %v\n%s", line, wd, err, out)
 				}
