@@ -20,6 +20,10 @@ const (
 	DefaultAckLinger      = time.Duration(0) // no linger: batches form while MaxInFlight RPCs are out
 	DefaultAckMaxAttempts = 3
 	DefaultAckMaxInFlight = 4
+	// DefaultAckIdleTimeout is AckPoolConfig.IdleTimeout's default.
+	DefaultAckIdleTimeout = time.Minute
+	// DefaultAckMaxQueues is AckPoolConfig.MaxQueues's default.
+	DefaultAckMaxQueues = 1024
 	// MaxAckMaxBatch and MaxAckMaxInFlight bound AckPoolConfig's MaxBatch
 	// and MaxInFlight: a pool queues MaxBatch×4 acks per group and topic.
 	MaxAckMaxBatch    = 1024
@@ -76,6 +80,22 @@ type AckPoolConfig struct {
 	// the queue and leaves when one is answered; every ack still gets its
 	// own entry's result, in whatever order the RPCs complete.
 	MaxInFlight int
+	// IdleTimeout is how long an ack queue (one per endpoints, namespace,
+	// group and topic) and a client (one per endpoints and namespace) may go
+	// unused before the pool closes them; the next ack or change that needs
+	// one opens it again. Handles come from anywhere (another process may
+	// encode them), so without it every topic, group and namespace a handle
+	// ever named would keep a goroutine, a queue and possibly a connection
+	// for the life of the pool. Closing a queue first sends what it holds; an
+	// ack submitted while it closes goes to its successor. More than 16 idle
+	// clients are closed at once, the longest idle first. Default 1 min;
+	// Forever: nothing closes for idleness (MaxQueues still applies).
+	IdleTimeout time.Duration
+	// MaxQueues caps the ack queues (one per endpoints, namespace, group and
+	// topic) a pool keeps open; each holds a goroutine and room for
+	// MaxBatch × 4 acks. Opening one more closes the least recently used,
+	// after it has sent what it holds. Default 1,024.
+	MaxQueues int
 }
 
 func (c AckPoolConfig) withDefaults() AckPoolConfig {
@@ -87,6 +107,12 @@ func (c AckPoolConfig) withDefaults() AckPoolConfig {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultAckMaxInFlight
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultAckIdleTimeout
+	}
+	if c.MaxQueues == 0 {
+		c.MaxQueues = DefaultAckMaxQueues
 	}
 	return c
 }
@@ -116,6 +142,10 @@ func (c AckPoolConfig) validate() error {
 		return optionError("MaxAttempts", "must not be negative")
 	case c.MaxInFlight < 0 || c.MaxInFlight > MaxAckMaxInFlight:
 		return optionError("MaxInFlight", fmt.Sprintf("must be 0 (default) to %d", MaxAckMaxInFlight))
+	case c.IdleTimeout < 0:
+		return optionError("IdleTimeout", "must not be negative (Forever: never close idle queues and clients)")
+	case c.MaxQueues < 0:
+		return optionError("MaxQueues", "must not be negative")
 	case c.RequestTimeout < 0:
 		return optionError("RequestTimeout", "must not be negative")
 	case c.Connection.Credentials.AccessKey == "" && c.Connection.Credentials.AccessSecret != "":
@@ -209,6 +239,9 @@ func outcomeUnknown(err error) error { return fmt.Errorf("%w: %w", ErrAckOutcome
 // handle is routed by its endpoints and namespace to one lazily created ack
 // client, and acks for one group and topic are coalesced into multi-entry
 // AckMessage RPCs; every caller still gets the result of its own entry.
+// Queues and clients that go unused for IdleTimeout are closed (see
+// AckPoolConfig.IdleTimeout and MaxQueues), so handles naming ever new
+// topics, groups or namespaces do not make a pool grow.
 //
 // A pool ends the lease (see LeaseConfig) of every delivery it acks or whose
 // invisibility it changes, and acks with the lease's newest receipt handle,
@@ -245,7 +278,10 @@ type ackPool struct {
 	clients  map[string]*ackClient // endpoints|namespace -> client
 	batchers map[batchKey]*batcher
 	tables   map[*leaseTable]struct{} // the lease tables of sources on this pool
-	wg       sync.WaitGroup
+	reaping  bool                     // reapClients runs
+	kick     chan struct{}            // wakes reapClients: a client went idle
+	done     chan struct{}            // closed by the last release
+	wg       sync.WaitGroup           // batchers and reapClients
 }
 
 var (
@@ -270,8 +306,8 @@ func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
 	// resolver) and whether there is one, the connection (secret and token
 	// as a digest), the TLS config's identity (two *tls.Config values are
 	// never merged), and the allowlist.
-	key := fmt.Sprintf("%q|%t|%s|%p|%q|%d|%v|%d|%d", cfg.Name, cfg.Credentials != nil, cfg.Connection.key(), cfg.TLS, allowKey(allowed),
-		cfg.MaxBatch, cfg.Linger, cfg.MaxAttempts, cfg.MaxInFlight)
+	key := fmt.Sprintf("%q|%t|%s|%p|%q|%d|%v|%d|%d|%v|%d", cfg.Name, cfg.Credentials != nil, cfg.Connection.key(), cfg.TLS, allowKey(allowed),
+		cfg.MaxBatch, cfg.Linger, cfg.MaxAttempts, cfg.MaxInFlight, cfg.IdleTimeout, cfg.MaxQueues)
 	poolsMu.Lock()
 	defer poolsMu.Unlock()
 	if p, ok := pools[key]; ok {
@@ -281,7 +317,8 @@ func AcquireAckPool(cfg AckPoolConfig) (*AckPool, error) {
 		return &AckPool{s: p, metrics: p.metrics}, nil
 	}
 	p := &ackPool{key: key, cfg: cfg, refs: 1, metrics: newMetrics(cfg.Meter), allowed: allowed,
-		clients: map[string]*ackClient{}, batchers: map[batchKey]*batcher{}, tables: map[*leaseTable]struct{}{}}
+		clients: map[string]*ackClient{}, batchers: map[batchKey]*batcher{}, tables: map[*leaseTable]struct{}{},
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
 	p.rpcCtx, p.cancelRPC = context.WithCancel(context.Background())
 	pools[key] = p
 	return &AckPool{s: p, metrics: p.metrics}, nil
@@ -308,16 +345,16 @@ func (p *ackPool) release(ctx context.Context) error {
 	if last {
 		p.closed = true
 		delete(pools, p.key)
+		close(p.done)
 	}
-	batchers := p.batchers
-	clients := p.clients
+	batchers := slices.Collect(maps.Values(p.batchers))
 	p.mu.Unlock()
 	poolsMu.Unlock()
 	if !last {
 		return nil
 	}
 	for _, b := range batchers {
-		b.close()
+		b.close(ErrPoolReleased)
 	}
 	flushed := make(chan struct{})
 	go func() {
@@ -333,6 +370,11 @@ func (p *ackPool) release(ctx context.Context) error {
 		<-flushed // the batchers end at once: their RPCs are cancelled
 	}
 	p.cancelRPC()
+	// The batchers and reapClients have ended: nothing else touches the
+	// clients.
+	p.mu.Lock()
+	clients := slices.Collect(maps.Values(p.clients))
+	p.mu.Unlock()
 	for _, c := range clients {
 		_ = c.c.Close(ctx)
 	}
@@ -459,13 +501,20 @@ func (p *ackPool) submitAck(ctx context.Context, h ReceiptHandle, f *AckFuture) 
 // enqueue hands the ack of h to its batcher, waiting for room no longer than
 // ctx allows.
 func (p *ackPool) enqueue(ctx context.Context, h ReceiptHandle, f *AckFuture) {
-	b, err := p.batcher(h)
-	if err != nil {
-		f.complete(err)
+	for {
+		b, err := p.batcher(h)
+		if err != nil {
+			f.complete(err)
+			return
+		}
+		err = b.submit(ctx, ackReq{ctx: ctx, h: h, f: f})
+		if errors.Is(err, errQueueClosed) {
+			continue // the queue closed (idle, MaxQueues) while this waited for room: its successor takes the ack
+		}
+		if err != nil {
+			f.complete(err)
+		}
 		return
-	}
-	if err := b.submit(ctx, ackReq{ctx: ctx, h: h, f: f}); err != nil {
-		f.complete(err)
 	}
 }
 
@@ -628,6 +677,7 @@ func (p *ackPool) changeInvisibleRaw(ctx context.Context, h ReceiptHandle, d tim
 	if err != nil {
 		return h, err
 	}
+	defer p.unref(ac)
 	if err := ac.ensureSession(ctx, h.Topic); err != nil {
 		return h, err
 	}
@@ -688,6 +738,7 @@ type AckPoolStats struct {
 
 type poolStats struct {
 	acks, rpcs, invalid, cid atomic.Int64
+	queues                   atomic.Int64 // batchers opened (tests)
 }
 
 // Stats returns the counters of the shared pool.
@@ -700,8 +751,13 @@ func (p *AckPool) Stats() AckPoolStats {
 // ackClient is one connection of the pool.
 type ackClient struct {
 	c           *client.Client
+	key         string // in the pool's clients
 	sessionOnce sync.Mutex
 	session     bool
+
+	// guarded by the pool's mu
+	users     int       // batchers and calls using it; at 0 it is idle
+	idleSince time.Time // when users last fell to 0
 }
 
 // ensureSession opens the producer session ChangeInvisibleDuration needs. The
@@ -723,19 +779,26 @@ func (a *ackClient) ensureSession(ctx context.Context, topic string) error {
 
 // client returns the client for a handle's endpoints and namespace: one per
 // normalised set of addresses (so spellings of one address share it) and
-// namespace, with the credentials of the access point they belong to.
+// namespace, with the credentials of the access point they belong to. The
+// caller uses it until it calls unref.
 func (p *ackPool) client(endpoints, namespace string) (*ackClient, error) {
 	as, err := p.allow(endpoints)
 	if err != nil {
 		return nil, err
 	}
-	k := as.canon + "|" + namespace
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, ErrPoolReleased
 	}
+	return p.clientLocked(as, namespace)
+}
+
+// clientLocked is client with p.mu held and the pool open.
+func (p *ackPool) clientLocked(as allowedAs, namespace string) (*ackClient, error) {
+	k := as.canon + "|" + namespace
 	if c, ok := p.clients[k]; ok {
+		c.users++
 		return c, nil
 	}
 	cc := p.cfg.clientConfig()
@@ -751,13 +814,115 @@ func (p *ackPool) client(endpoints, namespace string) (*ackClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	ac := &ackClient{c: c}
+	ac := &ackClient{c: c, key: k, users: 1}
 	p.clients[k] = ac
 	return ac, nil
 }
 
+// unref ends a use of ac that client began. An unused client is closed once
+// it has been idle for IdleTimeout, or at once when more than
+// maxIdleAckClients are idle (the longest idle first).
+func (p *ackPool) unref(ac *ackClient) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ac.users--
+	if ac.users > 0 || p.closed {
+		return
+	}
+	ac.idleSince = time.Now()
+	if p.cfg.IdleTimeout == Forever {
+		return
+	}
+	if !p.reaping {
+		p.reaping = true
+		p.wg.Add(1) // p is open: the last release has not begun to wait
+		go func() {
+			defer p.wg.Done()
+			p.reapClients()
+		}()
+		return
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maxIdleAckClients bounds the idle clients a pool keeps open until their
+// IdleTimeout: handles may name any number of namespaces.
+const maxIdleAckClients = 16
+
+// reapClients closes idle clients once IdleTimeout has passed (or at once
+// beyond maxIdleAckClients); it returns when no client is idle, or at the
+// last release.
+func (p *ackPool) reapClients() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var (
+			gone []*ackClient
+			next time.Duration
+		)
+		p.mu.Lock()
+		if p.closed {
+			p.reaping = false
+			p.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		var idle []*ackClient
+		for _, c := range p.clients {
+			if c.users == 0 {
+				idle = append(idle, c)
+			}
+		}
+		// Longest idle first.
+		slices.SortFunc(idle, func(a, b *ackClient) int { return a.idleSince.Compare(b.idleSince) })
+		for i, c := range idle {
+			left := p.cfg.IdleTimeout - now.Sub(c.idleSince)
+			if left > 0 && len(idle)-i <= maxIdleAckClients {
+				if next == 0 || left < next {
+					next = left
+				}
+				continue
+			}
+			delete(p.clients, c.key)
+			gone = append(gone, c)
+		}
+		if next == 0 {
+			p.reaping = false
+		}
+		p.mu.Unlock()
+		for _, c := range gone {
+			ctx, cancel := context.WithTimeout(p.rpcCtx, p.closeTimeout())
+			_ = c.c.Close(ctx)
+			cancel()
+		}
+		if next == 0 {
+			return
+		}
+		timer.Reset(next)
+		select {
+		case <-timer.C:
+		case <-p.kick:
+		case <-p.done:
+		}
+	}
+}
+
+// closeTimeout bounds the close of a client the pool no longer needs.
+func (p *ackPool) closeTimeout() time.Duration {
+	if p.cfg.RequestTimeout > 0 {
+		return p.cfg.RequestTimeout
+	}
+	return client.DefaultRequestTimeout
+}
+
 type batchKey struct{ endpoints, namespace, group, topic string }
 
+// batcher returns the open batcher of h's group and topic, registered for
+// one submit (which the caller must make), opening it (and its client) if
+// need be; opening one beyond MaxQueues closes the least recently used.
 func (p *ackPool) batcher(h ReceiptHandle) (*batcher, error) {
 	as, err := p.allow(h.Endpoints)
 	if err != nil {
@@ -765,33 +930,62 @@ func (p *ackPool) batcher(h ReceiptHandle) (*batcher, error) {
 	}
 	k := batchKey{as.canon, h.Namespace, h.Group, h.Topic}
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, ErrPoolReleased
-	}
-	if b, ok := p.batchers[k]; ok {
-		p.mu.Unlock()
-		return b, nil
-	}
-	p.mu.Unlock()
-	ac, err := p.client(h.Endpoints, h.Namespace)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, ErrPoolReleased
 	}
 	if b, ok := p.batchers[k]; ok {
+		b.register()
 		return b, nil
 	}
+	ac, err := p.clientLocked(as, h.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.batchers) >= p.cfg.MaxQueues {
+		var lru *batcher
+		for _, b := range p.batchers {
+			if lru == nil || b.lastUse.Load() < lru.lastUse.Load() {
+				lru = b
+			}
+		}
+		// It sends what it holds and ends; a submit it has registered
+		// either gets in first or goes to its successor.
+		delete(p.batchers, lru.key)
+		lru.close(errQueueClosed)
+	}
 	b := newBatcher(k, ac.c, p)
+	p.stats.queues.Add(1)
 	p.batchers[k] = b
+	b.register()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		b.run()
+		p.unref(ac)
 	}()
 	return b, nil
+}
+
+// closeIfIdle closes b when no ack has come for IdleTimeout, and takes it out
+// of the pool so that the next ack of its group and topic opens another. It
+// returns 0 when b is closed (now or before), otherwise how long until it may
+// be idle.
+func (p *ackPool) closeIfIdle(b *batcher) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		b.close(ErrPoolReleased)
+		return 0
+	}
+	if p.batchers[b.key] != b {
+		b.close(errQueueClosed) // already taken out (MaxQueues) and closed
+		return 0
+	}
+	if left := p.cfg.IdleTimeout - time.Since(time.Unix(0, b.lastUse.Load())); left > 0 {
+		return left
+	}
+	delete(p.batchers, b.key)
+	b.close(errQueueClosed)
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
@@ -23,9 +24,18 @@ type ackReq struct {
 // accumulate in the queue and leave together, up to MaxBatch per RPC, as soon
 // as a slot frees. Under load the RPCs in flight are the linger. A positive
 // Linger adds a wait for company before every batch, free slot or not.
+//
+// A batcher closes when its pool is released, when it has been idle for
+// IdleTimeout, or to make room under MaxQueues; it first sends everything it
+// holds. A submit registers with the batcher (register) under the pool's
+// lock while the batcher is still in the pool's map, and a batcher leaves
+// the map under that lock before it stops, so every registered submit either
+// reaches the queue (and finish sends it) or is told errQueueClosed and goes
+// to the batcher's successor.
 type batcher struct {
 	key     batchKey
 	c       *client.Client
+	pool    *ackPool
 	cfg     AckPoolConfig
 	metrics *metrics
 	stats   *poolStats
@@ -35,54 +45,82 @@ type batcher struct {
 	stop    chan struct{}  // closed by close
 	slots   chan struct{}  // one token per ack RPC on the wire
 	flights sync.WaitGroup // the flushes on the wire
+	lastUse atomic.Int64   // unix nanoseconds of the last register
 
 	mu         sync.Mutex
 	closed     bool
-	submitting sync.WaitGroup // submits between the closed check and their send
+	stopErr    error          // what a submit cut short by stop returns; set before stop is closed
+	submitting sync.WaitGroup // registered submits that have not yet returned
 }
+
+// errQueueClosed is returned by submit on a batcher that closed for
+// idleness or MaxQueues: the ack was not queued, and goes to a new batcher.
+var errQueueClosed = errors.New("rmqflow: ack queue closed")
 
 func newBatcher(k batchKey, c *client.Client, p *ackPool) *batcher {
-	return &batcher{key: k, c: c, cfg: p.cfg, metrics: p.metrics, stats: &p.stats, rpcCtx: p.rpcCtx,
+	b := &batcher{key: k, c: c, pool: p, cfg: p.cfg, metrics: p.metrics, stats: &p.stats, rpcCtx: p.rpcCtx,
 		in: make(chan ackReq, p.cfg.MaxBatch*4), stop: make(chan struct{}), slots: make(chan struct{}, p.cfg.MaxInFlight)}
+	b.lastUse.Store(time.Now().UnixNano())
+	return b
 }
 
-// submit queues r, waiting for room no longer than ctx allows.
-func (b *batcher) submit(ctx context.Context, r ackReq) error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return ErrPoolReleased
-	}
+// register announces a submit; the caller holds the pool's lock and found
+// the batcher in the pool's map. Each register is followed by one submit.
+func (b *batcher) register() {
+	b.lastUse.Store(time.Now().UnixNano())
 	b.submitting.Add(1)
-	b.mu.Unlock()
+}
+
+// submit queues r, waiting for room no longer than ctx allows. It follows a
+// register.
+func (b *batcher) submit(ctx context.Context, r ackReq) error {
 	defer b.submitting.Done()
+	// Room in the queue takes the ack even once the batcher is closing: it
+	// still sends what its queue holds.
+	select {
+	case b.in <- r:
+		return nil
+	default:
+	}
 	select {
 	case b.in <- r:
 		return nil
 	case <-ctx.Done():
 		return notSent(ctx.Err())
 	case <-b.stop:
-		return ErrPoolReleased
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.stopErr
 	}
 }
 
-// close stops the batcher: what was queued is still sent.
-func (b *batcher) close() {
+// close stops the batcher: what was queued is still sent, and a submit
+// waiting for room returns err (ErrPoolReleased, or errQueueClosed).
+func (b *batcher) close(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.closed {
 		b.closed = true
+		b.stopErr = err
 		close(b.stop)
 	}
 }
 
 // run collects batches and sends each on its own goroutine once one of the
 // MaxInFlight slots is free; it returns when close has been called and
-// everything queued has been sent and answered.
+// everything queued has been sent and answered. It closes the batcher
+// itself once no ack has come for IdleTimeout.
 func (b *batcher) run() {
 	defer b.flights.Wait()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	var idle <-chan time.Time
+	var idleTimer *time.Timer
+	if b.cfg.IdleTimeout != Forever {
+		idleTimer = time.NewTimer(b.cfg.IdleTimeout)
+		defer idleTimer.Stop()
+		idle = idleTimer.C
+	}
 	for {
 		// A free slot first: while every RPC is out, acks wait in the queue
 		// and leave together when one is answered.
@@ -93,13 +131,30 @@ func (b *batcher) run() {
 			return
 		}
 		batch := make([]ackReq, 0, b.cfg.MaxBatch)
-		select {
-		case r := <-b.in:
-			batch = append(batch, r)
-		case <-b.stop:
-			<-b.slots
-			b.finish(nil)
-			return
+	wait:
+		for {
+			select {
+			case r := <-b.in:
+				batch = append(batch, r)
+				break wait
+			case <-b.stop:
+				<-b.slots
+				b.finish(nil)
+				return
+			case <-idle:
+				if left := b.pool.closeIfIdle(b); left > 0 {
+					idleTimer.Reset(left)
+					continue
+				}
+				// Closed (by this or anything else): stop is closed, and
+				// what a submit registered before that is still sent.
+				<-b.slots
+				b.finish(nil)
+				return
+			}
+		}
+		if idleTimer != nil {
+			idleTimer.Reset(b.cfg.IdleTimeout) // Go 1.23+ timers: Reset drops a stale tick
 		}
 		if b.cfg.Linger <= 0 {
 			// A slot is free: take what is queued (acks that waited for

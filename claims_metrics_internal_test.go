@@ -107,6 +107,7 @@ func TestMetricsAsDocumented(t *testing.T) {
 	for _, kind := range []string{"queue", "lease"} {
 		x.renewed(ctx, kind, nil)
 		x.renewed(ctx, kind, errors.New("gone"))
+		x.renewalLate(ctx, kind)
 	}
 	x.sent(ctx, nil)
 	x.sent(ctx, errors.New("refused"))
@@ -188,7 +189,7 @@ func TestMetricsAsDocumented(t *testing.T) {
 		}
 	}
 	for _, name := range []string{MetricFetched, MetricEmitted, MetricDecodeFailed, MetricReceiveLatency, MetricQueueDepth,
-		MetricAcks, MetricAckBatchSize, MetricDefers, MetricRenewals, MetricSends, MetricDeadLettered, MetricDeadLetterRisk, MetricReleased, MetricMalformed} {
+		MetricAcks, MetricAckBatchSize, MetricDefers, MetricRenewals, MetricRenewalsLate, MetricSends, MetricDeadLettered, MetricDeadLetterRisk, MetricReleased, MetricMalformed} {
 		if _, ok := doc[name]; !ok {
 			t.Errorf("constant %s is not in docs/metrics.md", name)
 		}

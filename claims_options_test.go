@@ -84,8 +84,12 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		"InvisibleDuration":        func(c *rmqflow.SourceConfig) { c.InvisibleDuration = -time.Second },
 		"MaxMessageNum":            func(c *rmqflow.SourceConfig) { c.MaxMessageNum = -1 },
 		"RenewalAheadTime":         func(c *rmqflow.SourceConfig) { c.RenewalAheadTime = -time.Second },
+		"RenewalConcurrency":       func(c *rmqflow.SourceConfig) { c.RenewalConcurrency = -1 },
 		"ReleaseInvisibleDuration": func(c *rmqflow.SourceConfig) { c.ReleaseInvisibleDuration = -time.Second },
 		"LiteRejoinAfter":          func(c *rmqflow.SourceConfig) { c.LiteRejoinAfter = 5 * time.Second },
+		"UndecodableInvisibleDuration": func(c *rmqflow.SourceConfig) {
+			c.UndecodableInvisibleDuration = -time.Second
+		},
 	}
 	for option, set := range source {
 		c := base
@@ -152,6 +156,8 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		"MaxInFlight":  func(c *rmqflow.AckPoolConfig) { c.MaxInFlight = -1 },
 		"MaxBatch ":    func(c *rmqflow.AckPoolConfig) { c.MaxBatch = math.MaxInt }, // panicked in the first Ack
 		"MaxInFlight ": func(c *rmqflow.AckPoolConfig) { c.MaxInFlight = math.MaxInt },
+		"IdleTimeout":  func(c *rmqflow.AckPoolConfig) { c.IdleTimeout = -time.Second },
+		"MaxQueues":    func(c *rmqflow.AckPoolConfig) { c.MaxQueues = -1 },
 		"Credentials":  func(c *rmqflow.AckPoolConfig) { c.Credentials = nil; c.Connection.Credentials.AccessSecret = "s" },
 	}
 	for option, set := range pool {

@@ -6,7 +6,11 @@ import (
 )
 
 // Decoder turns a message body into a value. A Decoder's error is reported on
-// the message (AckableMessage.Err); it never stops a source.
+// the message (AckableMessage.Err); it never stops a source. Such a message is
+// emitted all the same and never acked by rmqflow; unless a Runner drives the
+// source it is not leased or renewed, and it is emitted with at most
+// SourceConfig.UndecodableInvisibleDuration (10 s) of invisibility left, so
+// that it comes back soon if nobody acts on it (see AckableMessage.Err).
 type Decoder[T any] interface {
 	Decode(body []byte, meta *Metadata) (T, error)
 }

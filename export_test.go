@@ -6,6 +6,9 @@ import "time"
 // instead of the wall clock. Call it before Start.
 func SetSourceClock[T any](s *Source[T], now func() time.Time, afterFunc func(time.Duration, func()) (stop func() bool)) {
 	s.clk = clock{now: now, afterFunc: afterFunc}
+	if s.leases != nil {
+		s.leases.clk = s.clk
+	}
 }
 
 // SetSinkFlushHook makes s call sealed each time a Flush has taken its

@@ -2,10 +2,13 @@ package rmqflow
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rmqflow/rmqflow/client"
 )
 
 // DefaultLeaseMaxExtension is how long a lease keeps an emitted message
@@ -14,9 +17,14 @@ const DefaultLeaseMaxExtension = time.Hour
 
 // LeaseConfig turns on leases (beyond the Flink connector, like the Pub/Sub
 // Go client's lease extension): every message a source emits with a decoded
-// value (m.Err == nil) keeps being renewed, RenewalAheadTime before its
+// value (m.Err == nil; under a Runner, every message, since its handler
+// decides also for one that did not decode) keeps being renewed, RenewalAheadTime before its
 // invisibility ends, until MaxExtension has passed since it was emitted or
-// the lease ends. A lease ends when the delivery is, through the source's
+// the lease ends. Renewals go soonest expiry first, up to the source's
+// RenewalConcurrency at once; one the broker refuses as an expired handle
+// ends the lease (the message comes back), and one answered after the
+// invisibility it was to extend had ended is counted in
+// rmqflow.renewals.late and logged. A lease ends when the delivery is, through the source's
 // ack pool (any Acker from NewAcker on a holder of that pool, the pool's own
 // methods, or Source.Acker — they behave the same):
 //   - acked (Ack, AckAsync), deferred or released (ChangeInvisibleDuration,
@@ -65,16 +73,18 @@ func keyOf(h ReceiptHandle) leaseKey { return leaseKey{h.Namespace, h.Group, h.T
 // an ack, a change or a hand-off takes the newest handle, so that nothing
 // acks a handle a renewal is about to supersede.
 type lease struct {
-	lock  chan struct{} // one slot: a mutex that waits with a context
-	h     ReceiptHandle // the newest handle; guarded by lock
-	ended atomic.Bool   // no more renewals
-	t     *leaseTable
+	lock   chan struct{} // one slot: a mutex that waits with a context
+	h      ReceiptHandle // the newest handle; guarded by lock
+	ended  atomic.Bool   // no more renewals
+	ending atomic.Int32  // ends waiting for lock: no renewal starts meanwhile
+	t      *leaseTable
 
 	// guarded by the table's mu
 	first     string   // the broker handle the delivery was emitted with
 	renewed   []string // the handles renewals gave it, oldest first
 	visibleAt time.Time
 	until     time.Time
+	renewing  bool // a renewal is dispatched (waiting for a slot or on the wire)
 }
 
 func (l *lease) acquire(ctx context.Context) error {
@@ -92,6 +102,8 @@ func (l *lease) unlock() { <-l.lock }
 // for a renewal on the wire; h is the caller's handle, whose other fields
 // are kept.
 func (l *lease) end(ctx context.Context, h ReceiptHandle) (ReceiptHandle, error) {
+	l.ending.Add(1)
+	defer l.ending.Add(-1)
 	if err := l.acquire(ctx); err != nil {
 		return h, notSent(err)
 	}
@@ -143,6 +155,11 @@ func (l *lease) finish() {
 // that a late second ack of the delivery (with the handle it was emitted
 // with) still uses its newest handle; one never renewed is forgotten when it
 // ends (lease.finish), so that the table holds about what is in flight.
+//
+// Each tick of its clock it renews the leases due (RenewalAheadTime before
+// their invisibility ends), soonest expiry first, up to the source's
+// RenewalConcurrency at once (the slots it shares with the queue's
+// renewer); a lease whose renewal is still on the wire is not sent again.
 type leaseTable struct {
 	cfg       LeaseConfig
 	invisible time.Duration
@@ -150,16 +167,28 @@ type leaseTable struct {
 	pool      *ackPool
 	log       loggerLike
 	metrics   *metrics
-	now       func() time.Time
+	slots     renewSlots
+	clk       clock // the source's; set before run starts (SetSourceClock in tests)
+
+	// rpcCtx (the source's) bounds the renewals on the wire: they are not
+	// cancelled when the source stops (cut short, one might change the
+	// handle on the broker without this process learning the new one, and
+	// a later ack would use a superseded handle), only when Close gives up
+	// waiting for them.
+	rpcCtx context.Context
+	wg     sync.WaitGroup // the renewals dispatched
 
 	mu     sync.Mutex
 	leases map[leaseKey]*lease
 }
 
-func newLeaseTable(cfg LeaseConfig, invisible, ahead time.Duration, pool *ackPool, log loggerLike, m *metrics) *leaseTable {
+func newLeaseTable(cfg LeaseConfig, invisible, ahead time.Duration, pool *ackPool, log loggerLike, m *metrics,
+	slots renewSlots, clk clock, rpcCtx context.Context) *leaseTable {
 	return &leaseTable{cfg: cfg, invisible: invisible, ahead: ahead, pool: pool, log: log, metrics: m,
-		now: time.Now, leases: map[leaseKey]*lease{}}
+		slots: slots, clk: clk, rpcCtx: rpcCtx, leases: map[leaseKey]*lease{}}
 }
+
+func (t *leaseTable) now() time.Time { return t.clk.now() }
 
 // add leases h's delivery, invisible until visibleAt.
 func (t *leaseTable) add(h ReceiptHandle, visibleAt time.Time) {
@@ -219,23 +248,58 @@ func (t *leaseTable) len() int {
 	return n
 }
 
+// run renews the leases until ctx ends, then waits for the renewals it
+// dispatched (Close cancels them, through rpcCtx, when its own context ends
+// first).
 func (t *leaseTable) run(ctx context.Context) {
-	tick := time.NewTicker(min(max(t.ahead/4, 50*time.Millisecond), time.Second))
-	defer tick.Stop()
+	defer t.wg.Wait()
+	tick := make(chan struct{}, 1)
 	for {
+		stop := t.clk.afterFunc(renewTick(t.ahead), func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
 		select {
 		case <-ctx.Done():
+			stop()
 			return
-		case <-tick.C:
+		case <-tick:
 		}
-		for _, l := range t.due(t.now()) {
-			t.renew(ctx, l)
-		}
+		t.dispatch(ctx, t.due(t.now()))
 	}
 }
 
-// due returns the leases to renew now; it ends those past MaxExtension and
-// forgets ended ones whose invisibility has passed.
+// dispatch renews due (soonest expiry first), each as soon as a slot is
+// free, without waiting for the answers; it returns when every lease has
+// been sent off, or when ctx ends (the rest are not renewed).
+func (t *leaseTable) dispatch(ctx context.Context, due []*lease) {
+	p := newRenewalPass("lease", t.log, t.metrics)
+	defer p.dispatched()
+	for i, l := range due {
+		if t.slots.acquire(ctx) != nil {
+			t.mu.Lock()
+			for _, l := range due[i:] {
+				l.renewing = false
+			}
+			t.mu.Unlock()
+			return
+		}
+		p.add()
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			defer t.slots.release()
+			t.renew(l, p)
+		}()
+	}
+}
+
+// due returns the leases to renew now, soonest expiry first, and marks them
+// renewing; it ends those past MaxExtension and forgets ended ones whose
+// invisibility has passed. A lease whose renewal is still dispatched is not
+// due again.
 func (t *leaseTable) due(now time.Time) []*lease {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -245,37 +309,61 @@ func (t *leaseTable) due(now time.Time) []*lease {
 			l.ended.Store(true)
 		}
 		if l.ended.Load() {
-			if now.After(l.visibleAt) {
+			if now.After(l.visibleAt) && !l.renewing {
 				delete(t.leases, k)
 			}
 			continue
 		}
-		if l.visibleAt.Sub(now) <= t.ahead {
+		if !l.renewing && l.visibleAt.Sub(now) <= t.ahead {
+			l.renewing = true
 			out = append(out, l)
 		}
 	}
+	slices.SortFunc(out, func(a, b *lease) int { return a.visibleAt.Compare(b.visibleAt) })
 	return out
 }
 
-// renew extends l, holding its lock across the RPC.
-func (t *leaseTable) renew(ctx context.Context, l *lease) {
+// renew extends l, holding its lock across the RPC, and reports the answer
+// to its pass.
+func (t *leaseTable) renew(l *lease, p *renewalPass) {
+	ctx := t.rpcCtx
+	name := l.h.String() // no renewal changes what it shows, and none but this one runs
+	t.mu.Lock()
+	deadline := l.visibleAt
+	t.mu.Unlock()
+	var lateBy time.Duration
+	defer func() {
+		t.mu.Lock()
+		l.renewing = false
+		t.mu.Unlock()
+		p.answered(ctx, name, lateBy)
+	}()
 	if l.acquire(ctx) != nil {
 		return
 	}
 	defer l.unlock()
-	if l.ended.Load() {
-		return
+	if l.ended.Load() || l.ending.Load() > 0 {
+		return // ended, or about to: an ack or a change is waiting for the handle
 	}
 	t0 := t.now()
-	// A renewal once sent is not cancelled when the source stops: cut short,
-	// it might have changed the handle on the broker without this process
-	// learning the new one, and the next ack would use a superseded handle.
-	// The RPC is bounded by the request timeout.
-	nh, err := t.pool.changeInvisibleRaw(context.WithoutCancel(ctx), l.h, t.invisible)
+	nh, err := t.pool.changeInvisibleRaw(ctx, l.h, t.invisible)
+	if answered := t.now(); answered.After(deadline) && ctx.Err() == nil {
+		lateBy = answered.Sub(deadline)
+	}
 	t.metrics.renewed(ctx, "lease", err)
-	if err != nil {
+	switch {
+	case errors.Is(err, client.ErrInvalidReceiptHandle):
+		// The broker has let the delivery go (its invisibility ended, or a
+		// newer handle replaced this one): renewing it again would fail the
+		// same way every tick. The lease ends; an ack of it fails the same
+		// way, which tells the caller the message comes back.
+		t.log.Warn("rmqflow: lease lost: the broker refused its renewal as an expired receipt handle; the message will be delivered again",
+			"handle", name)
+		l.finish()
+		return
+	case err != nil:
 		if ctx.Err() == nil {
-			t.log.Warn("rmqflow: lease renewal failed", "handle", l.h.String(), "err", err)
+			t.log.Warn("rmqflow: lease renewal failed", "handle", name, "err", err)
 		}
 		return
 	}

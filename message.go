@@ -17,7 +17,15 @@ type AckableMessage[T any] struct {
 	Value T
 	// Err is the decoder's error for this message, nil when it decoded. A
 	// message that failed to decode is neither acked nor lost: the caller
-	// decides (ack it to drop it, or leave it to be redelivered).
+	// decides — ack it to drop it, park it somewhere and ack it, extend it
+	// (ChangeInvisibleDuration) to keep it longer, or do nothing. Unless a
+	// Runner drives the source it is not leased or renewed and has at most
+	// SourceConfig.UndecodableInvisibleDuration (10 s) of invisibility left,
+	// so that doing nothing gives it back soon: it comes back counting a
+	// delivery, and after the group's retries goes to its dead-letter queue,
+	// instead of holding its lite topic (or FIFO message group) for
+	// InvisibleDuration on each delivery. Under a Runner it is leased like
+	// any other message until the handler's decision.
 	Err error
 	// Handle routes acks and invisibility changes for this delivery.
 	Handle ReceiptHandle

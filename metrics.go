@@ -3,6 +3,7 @@ package rmqflow
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
@@ -22,6 +23,7 @@ const (
 	MetricAckBatchSize   = "rmqflow.ack.batch.size"
 	MetricDefers         = "rmqflow.throttle.defers"
 	MetricRenewals       = "rmqflow.renewals"
+	MetricRenewalsLate   = "rmqflow.renewals.late"
 	MetricSends          = "rmqflow.sink.sends"
 	MetricDeadLettered   = "rmqflow.runner.dead_lettered"
 	MetricDeadLetterRisk = "rmqflow.runner.dead_letter_risk"
@@ -40,6 +42,7 @@ type metrics struct {
 	ackBatchH  metric.Int64Histogram
 	defersC    metric.Int64Counter
 	renewalsC  metric.Int64Counter
+	lateC      metric.Int64Counter
 	sendsC     metric.Int64Counter
 	deadC      metric.Int64Counter
 	riskC      metric.Int64Counter
@@ -62,23 +65,32 @@ func newMetrics(m metric.Meter) *metrics {
 	x.ackBatchH, _ = m.Int64Histogram(MetricAckBatchSize, metric.WithUnit("{entry}"), metric.WithDescription("entries per AckMessage RPC"))
 	x.defersC, _ = m.Int64Counter(MetricDefers, metric.WithUnit(unitMessages), metric.WithDescription("messages deferred by a throttle"))
 	x.renewalsC, _ = m.Int64Counter(MetricRenewals, metric.WithUnit("{renewal}"), metric.WithDescription("invisibility renewals by kind (queue, lease) and outcome"))
+	x.lateC, _ = m.Int64Counter(MetricRenewalsLate, metric.WithUnit("{renewal}"), metric.WithDescription("renewals answered after the invisibility they were to extend had ended (they overran RenewalAheadTime), by kind (queue, lease)"))
 	x.sendsC, _ = m.Int64Counter(MetricSends, metric.WithUnit(unitMessages), metric.WithDescription("messages sent by sinks, by outcome"))
 	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner gave up on, by the safety valve that fired and where they went"))
 	x.riskC, _ = m.Int64Counter(MetricDeadLetterRisk, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner held back behind their lite topic's head after the deliveries their group allows: the broker may dead-letter them"))
 	return x
 }
 
-// observeQueue registers the queue-depth gauge for a source.
-func (x *metrics) observeQueue(depth func() int) {
+// observeQueue registers the queue-depth gauge for a source and returns
+// what unregisters it (the source's Close): a registered callback keeps the
+// source reachable from the meter and reported for as long as the meter
+// lives.
+func (x *metrics) observeQueue(depth func() int) (unregister func()) {
 	g, err := x.meter.Int64ObservableGauge(MetricQueueDepth, metric.WithUnit(unitMessages), metric.WithDescription("messages fetched but not yet emitted"))
 	if err != nil {
-		return
+		return func() {}
 	}
 	x.queueGauge = g
-	_, _ = x.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	reg, err := x.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(g, int64(depth()))
 		return nil
 	}, g)
+	if err != nil || reg == nil {
+		return func() {}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = reg.Unregister() }) }
 }
 
 func (x *metrics) fetched(ctx context.Context, n int, b *binding) {
@@ -121,6 +133,10 @@ func (x *metrics) renewed(ctx context.Context, kind string, err error) {
 		outcome = "failed"
 	}
 	x.renewalsC.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind), attribute.String("outcome", outcome)))
+}
+
+func (x *metrics) renewalLate(ctx context.Context, kind string) {
+	x.lateC.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
 }
 
 func (x *metrics) sent(ctx context.Context, err error) {

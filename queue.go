@@ -3,6 +3,7 @@ package rmqflow
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -156,11 +157,17 @@ func (q *queue) take(ctx context.Context) (*entry, error) {
 }
 
 // scan returns the queued entries to renew (invisibility ending before
-// renewBefore) and removes and returns those queued for longer than maxAge
-// at now (to be given back). Malformed entries are neither.
+// renewBefore), soonest expiry first, and removes and returns those queued
+// for longer than maxAge at now (to be given back). Malformed entries are
+// neither.
 func (q *queue) scan(renewBefore, now time.Time, maxAge time.Duration) (renew, old []*entry) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	type due struct {
+		e   *entry
+		end time.Time // e.visibleAt, read under e.mu
+	}
+	var dues []due
 	kept := q.items[:0]
 	for _, e := range q.items {
 		if e.bad != nil {
@@ -174,7 +181,7 @@ func (q *queue) scan(renewBefore, now time.Time, maxAge time.Duration) (renew, o
 			q.held[e.bind]--
 			old = append(old, e)
 		case e.visibleAt.Before(renewBefore):
-			renew = append(renew, e)
+			dues = append(dues, due{e, e.visibleAt})
 			kept = append(kept, e)
 		default:
 			kept = append(kept, e)
@@ -185,6 +192,10 @@ func (q *queue) scan(renewBefore, now time.Time, maxAge time.Duration) (renew, o
 	q.items = kept
 	if len(old) > 0 {
 		q.wakeFull()
+	}
+	slices.SortStableFunc(dues, func(a, b due) int { return a.end.Compare(b.end) })
+	for _, d := range dues {
+		renew = append(renew, d.e)
 	}
 	return renew, old
 }

@@ -396,6 +396,23 @@ pull:
 	if pullErr != nil {
 		errs = append(errs, pullErr)
 	}
+	// Once ShutdownTimeout is used up, giving back and closing share one
+	// releaseGrace more (made when first needed), so Run overruns it by at
+	// most that.
+	var (
+		grace       context.Context
+		graceCancel context.CancelFunc = func() {}
+	)
+	defer func() { graceCancel() }()
+	graceCtx := func() context.Context {
+		if sctx.Err() == nil {
+			return sctx
+		}
+		if grace == nil {
+			grace, graceCancel = context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
+		}
+		return grace
+	}
 	var unstarted []*AckableMessage[T]
 	switch r.cfg.Shutdown {
 	case ShutdownFinish:
@@ -433,12 +450,7 @@ pull:
 		// while its head is still being handled. Their leases kept them
 		// invisible meanwhile. A shutdown that used up ShutdownTimeout
 		// still gets a few seconds to give them back.
-		rctx, rcancel := sctx, context.CancelFunc(func() {})
-		if sctx.Err() != nil {
-			rctx, rcancel = context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
-		}
-		errs = append(errs, d.giveBack(rctx, unstarted))
-		rcancel()
+		errs = append(errs, d.giveBack(graceCtx(), unstarted))
 	}
 	d.mu.Lock()
 	d.closing = true
@@ -448,12 +460,7 @@ pull:
 	// A handler cut off by the timeout may have released its message just
 	// now, and the source may have received it again meanwhile: closing the
 	// source gives such messages back, which needs a live context too.
-	cctx, ccancel := sctx, context.CancelFunc(func() {})
-	if sctx.Err() != nil {
-		cctx, ccancel = context.WithTimeout(context.WithoutCancel(ctx), releaseGrace)
-	}
-	errs = append(errs, r.src.Close(cctx))
-	ccancel()
+	errs = append(errs, r.src.Close(graceCtx()))
 	return errors.Join(errs...)
 }
 
@@ -990,13 +997,27 @@ func (d *dispatcher[T]) takeUnstarted() []*AckableMessage[T] {
 
 // giveBack makes the unstarted messages visible to the group again after
 // ReleaseDelay (or the source's ReleaseInvisibleDuration when longer).
+//
+// The releases run concurrently, as many at once as the source renews (each
+// may wait for its message's renewal in flight, to use the newest handle): one
+// after the other, 30 messages whose renewals took 2 s each gave back 5 to 12
+// within the grace (TestRunnerShutdownGivesBackPromptly).
 func (d *dispatcher[T]) giveBack(ctx context.Context, left []*AckableMessage[T]) error {
-	var errs []error
-	for _, m := range left {
-		if _, err := d.acker.ChangeInvisibleDuration(ctx, m.Handle, max(d.r.src.cfg.ReleaseInvisibleDuration, ReleaseDelay)); err != nil {
-			errs = append(errs, fmt.Errorf("release %s: %w", m.Handle.MessageID, err))
-		}
+	errs := make([]error, len(left))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, max(d.r.src.cfg.RenewalConcurrency, 1))
+	for i, m := range left {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if _, err := d.acker.ChangeInvisibleDuration(ctx, m.Handle, max(d.r.src.cfg.ReleaseInvisibleDuration, ReleaseDelay)); err != nil {
+				errs[i] = fmt.Errorf("release %s: %w", m.Handle.MessageID, err)
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

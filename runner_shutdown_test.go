@@ -234,3 +234,78 @@ func TestRunnerShutdownNeverDeadLetters(t *testing.T) {
 		})
 	}
 }
+
+// TestRunnerShutdownFinishKeepsItsTimeout: ShutdownFinish handles what was
+// fetched only within ShutdownTimeout. Once it is used up, the runner takes
+// nothing more from the source and runs no handler with a dead context; what
+// it did not start is given back, not lost: a second runner handles it.
+func TestRunnerShutdownFinishKeepsItsTimeout(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	ctx := rmqtest.Context(t, time.Minute)
+	fake := fakeLite(t)
+	c := rmqflow.Connection{Endpoints: fake.Addr()}
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: c, Topic: "main"})
+	must(t, err)
+	defer sink.Close(context.Background())
+	const n = 20
+	for i := 0; i < n; i++ {
+		if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: fmt.Sprintf("k%d", i), Body: []byte(fmt.Sprint(i))}).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newSource := func() *rmqflow.Source[string] {
+		src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: c, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
+			AwaitDuration: 5 * time.Second, InvisibleDuration: 60 * time.Second}, rmqflow.StringDecoder())
+		must(t, err)
+		return src
+	}
+	var calls, dead atomic.Int64
+	started := make(chan struct{}, n)
+	r, err := rmqflow.NewRunner(newSource(), func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		if ctx.Err() != nil {
+			dead.Add(1)
+		}
+		calls.Add(1)
+		started <- struct{}{}
+		<-ctx.Done() // slow work that honours its context
+		return rmqflow.Decision{}, ctx.Err()
+	}, rmqflow.RunnerConfig{Concurrency: 1, MaxHeld: 2, Shutdown: rmqflow.ShutdownFinish, ShutdownTimeout: 300 * time.Millisecond})
+	must(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(rctx) }()
+	<-started
+	stop()
+	t0 := time.Now()
+	if err := <-ran; err != nil && !errors.Is(err, context.Canceled) {
+		t.Logf("Run: %v", err)
+	}
+	took := time.Since(t0)
+	t.Logf("Run returned %v after its cancel; handler calls %d, %d of them with a dead context", took.Round(time.Millisecond), calls.Load(), dead.Load())
+	if dead.Load() != 0 {
+		t.Errorf("%d handlers ran with a context already cancelled by the shutdown timeout", dead.Load())
+	}
+	if took > 300*time.Millisecond+rmqflow.ReleaseDelay+6*time.Second {
+		t.Errorf("Run took %v after its cancel, ShutdownTimeout 300ms", took)
+	}
+	// Nothing was acked; everything comes back to a second runner.
+	got := map[string]bool{}
+	all := make(chan struct{})
+	r2, err := rmqflow.NewRunner(newSource(), func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		got[m.Value] = true // Concurrency 1: one handler at a time
+		if len(got) == n {
+			close(all)
+		}
+		return rmqflow.Ack(), nil
+	}, rmqflow.RunnerConfig{Concurrency: 1})
+	must(t, err)
+	rctx2, stop2 := context.WithCancel(ctx)
+	go func() { ran <- r2.Run(rctx2) }()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		t.Errorf("the second runner got %d of %d", len(got), n)
+	}
+	stop2()
+	must(t, <-ran)
+}

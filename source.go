@@ -75,6 +75,15 @@ type SourceConfig struct {
 	// DisableQueueRenewal turns off the renewal of queue-resident messages
 	// (on by default).
 	DisableQueueRenewal bool
+	// RenewalConcurrency is the most renewals (ChangeInvisibleDuration
+	// RPCs of queued and leased messages together) the source has on the
+	// wire at once; each look at what is due renews it soonest expiry
+	// first. Default 16 (DefaultRenewalConcurrency): at 40 ms per renewal,
+	// 1,000 leases in 2.5 s. A renewal answered after the invisibility it
+	// was to extend had ended is counted in rmqflow.renewals.late and
+	// logged (WARN): raise this or RenewalAheadTime when that happens. It
+	// does not bound the renewal Next makes at emission.
+	RenewalConcurrency int
 	// Leases, when enabled, keeps renewing emitted messages until they are
 	// acked through this process (see LeaseConfig). Off by default.
 	Leases LeaseConfig
@@ -112,6 +121,19 @@ type SourceConfig struct {
 	// lite topics, and a message that arrives between the two calls may
 	// wait for that pass.
 	LiteRejoinAfter time.Duration
+	// UndecodableInvisibleDuration is the most invisibility a message whose
+	// body the Decoder refused (AckableMessage.Err) is emitted with: unless
+	// a Runner drives the source, the source neither leases nor renews such
+	// a message, and cuts what is left of its invisibility to this
+	// (ChangeInvisibleDuration) when more is left, so that a message nobody
+	// acts on comes back soon, counting a delivery, and ends in the group's
+	// dead-letter queue after the group's retries instead of holding its
+	// lite topic (or FIFO message group) for InvisibleDuration on each
+	// delivery. Extend it (Acker.ChangeInvisibleDuration) to keep it longer.
+	// Under a Runner it is leased like every other message, since the
+	// runner's handler decides on it. Default 10 s; Forever: leave it what
+	// it has (no RPC).
+	UndecodableInvisibleDuration time.Duration
 }
 
 // Forever, as MaxOutage or MaxQueueAge, turns the bound off.
@@ -127,6 +149,9 @@ const (
 	// the group stays a member on 5.5.0).
 	DefaultLiteRejoinAfter = 30 * time.Second
 	maxLiteRejoins         = 4
+	// DefaultUndecodableInvisibleDuration is
+	// SourceConfig.UndecodableInvisibleDuration's default.
+	DefaultUndecodableInvisibleDuration = 10 * time.Second
 )
 
 func (c SourceConfig) withDefaults() SourceConfig {
@@ -145,6 +170,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	if c.RenewalAheadTime == 0 {
 		c.RenewalAheadTime = DefaultRenewalAheadTime
 	}
+	if c.RenewalConcurrency == 0 {
+		c.RenewalConcurrency = DefaultRenewalConcurrency
+	}
 	if c.MaxOutage == 0 {
 		c.MaxOutage = DefaultMaxOutage
 	}
@@ -153,6 +181,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.LiteRejoinAfter == 0 {
 		c.LiteRejoinAfter = DefaultLiteRejoinAfter
+	}
+	if c.UndecodableInvisibleDuration == 0 {
+		c.UndecodableInvisibleDuration = DefaultUndecodableInvisibleDuration
 	}
 	c.Leases = c.Leases.withDefaults()
 	return c
@@ -207,6 +238,8 @@ func (c SourceConfig) validate() error {
 		return optionError("MaxMessageNum", "must be within 1..32")
 	case c.RenewalAheadTime < 0 || c.RenewalAheadTime >= c.InvisibleDuration:
 		return optionError("RenewalAheadTime", "must be positive and less than InvisibleDuration")
+	case c.RenewalConcurrency < 0:
+		return optionError("RenewalConcurrency", "must not be negative (zero means the default, 16)")
 	case c.ReleaseInvisibleDuration < 0:
 		return optionError("ReleaseInvisibleDuration", "must not be negative")
 	case c.MaxOutage < 0:
@@ -215,6 +248,8 @@ func (c SourceConfig) validate() error {
 		return optionError("MaxQueueAge", "must not be negative (Forever turns the cap off)")
 	case c.LiteRejoinAfter > 0 && c.LiteRejoinAfter < 10*time.Second:
 		return optionError("LiteRejoinAfter", "must be at least 10s (each re-join costs the broker a pass over the main topic's lite topics; the broker itself looks 5 to 15 s after a join), or negative for never")
+	case c.UndecodableInvisibleDuration < 0:
+		return optionError("UndecodableInvisibleDuration", "must not be negative (Forever leaves an undecodable message the invisibility it has)")
 	}
 	return c.Leases.validate()
 }
@@ -291,8 +326,22 @@ type Source[T any] struct {
 	acker  *Acker
 	leases *leaseTable // nil unless Leases.Enabled
 	clk    clock
+	slots  renewSlots // RenewalConcurrency: shared by the queue's renewer and the leases
+
+	// rpcCtx bounds the RPCs that a stop does not cut (lease renewals, giving
+	// messages back): Close cancels it (abandon) when its own context ends
+	// before they are answered.
+	rpcCtx  context.Context
+	abandon context.CancelFunc
+
+	// leaseUndecodable: a Runner drives the source, so a message that did
+	// not decode is leased for its handler like the others, and its
+	// invisibility is not cut. Set before Start.
+	leaseUndecodable bool
 
 	smetrics *sourceMetrics
+	// unobserve unregisters the queue-depth callback (Close).
+	unobserve func()
 
 	mu          sync.Mutex
 	started     bool
@@ -410,7 +459,8 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Source[T]{cfg: cfg, dec: dec, log: cfg.logger(), clk: wallClock}
+	s := &Source[T]{cfg: cfg, dec: dec, log: cfg.logger(), clk: wallClock, slots: newRenewSlots(cfg.RenewalConcurrency)}
+	s.rpcCtx, s.abandon = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.Meter)
 	s.smetrics = newSourceMetrics(cfg.Meter)
 	// Twice the receive window: while the consumer works through one batch
@@ -424,15 +474,15 @@ func NewSource[T any](cfg SourceConfig, dec Decoder[T]) (*Source[T], error) {
 		s.binds = append(s.binds, &binding{topic: cfg.Topic, group: cfg.Group, filter: cfg.Filter})
 	}
 	s.q = newQueue(perBinding, cfg.MaxMessageNum)
-	s.metrics.observeQueue(s.q.len)
 	pool, err := AcquireAckPool(AckPoolConfig{Connection: cfg.Connection})
 	if err != nil {
 		return nil, err
 	}
 	s.pool = pool
+	s.unobserve = s.metrics.observeQueue(s.q.len) // after the last error: Close unregisters it
 	s.acker = NewAcker(pool)
 	if cfg.Leases.Enabled {
-		s.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool.s, s.log, s.metrics)
+		s.leases = newLeaseTable(cfg.Leases, cfg.InvisibleDuration, cfg.RenewalAheadTime, pool.s, s.log, s.metrics, s.slots, s.clk, s.rpcCtx)
 		pool.s.addTable(s.leases) // any ack of a leased delivery through the pool ends its lease
 	}
 	return s, nil
@@ -450,11 +500,15 @@ func (s *Source[T]) useLeases() error {
 		return ErrSourceClosed
 	case s.started:
 		return errors.New("rmqflow: a Runner needs a source that has not started (it starts it)")
-	case s.leases != nil:
+	}
+	// The runner's handler decides on every message, undecodable ones
+	// included, and the runner may hold one for as long as a decoded one.
+	s.leaseUndecodable = true
+	if s.leases != nil {
 		return nil
 	}
 	s.cfg.Leases = LeaseConfig{Enabled: true}.withDefaults()
-	s.leases = newLeaseTable(s.cfg.Leases, s.cfg.InvisibleDuration, s.cfg.RenewalAheadTime, s.pool.s, s.log, s.metrics)
+	s.leases = newLeaseTable(s.cfg.Leases, s.cfg.InvisibleDuration, s.cfg.RenewalAheadTime, s.pool.s, s.log, s.metrics, s.slots, s.clk, s.rpcCtx)
 	s.pool.s.addTable(s.leases)
 	return nil
 }
@@ -589,6 +643,9 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		BatchSize: s.cfg.MaxMessageNum, InvisibleDuration: s.cfg.InvisibleDuration,
 		LongPollingTimeout: s.cfg.AwaitDuration,
 	}
+	// A retry after a poll whose answer was lost repeats its attempt id, so
+	// that the broker hands out again what it may have popped for it.
+	poller := b.c.NewPoller()
 	for {
 		// Reserve room in the binding's share first and ask for no more: a
 		// full share stops receiving.
@@ -598,7 +655,7 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 		}
 		req.BatchSize = room
 		t0, polledAt := time.Now(), s.clk.now()
-		msgs, err := b.c.Receive(ctx, req)
+		msgs, err := poller.Receive(ctx, req)
 		s.metrics.receiveLatency(ctx, time.Since(t0))
 		s.metrics.fetched(ctx, len(msgs), b)
 		if len(msgs) > room {
@@ -699,7 +756,9 @@ func (s *Source[T]) fail(err error) {
 // again after d, and counts them under reason. Malformed ones cannot be
 // given back (no handle); the broker redelivers them when they expire.
 func (s *Source[T]) giveBack(ctx context.Context, b *binding, msgs []*client.ReceivedMessage, d time.Duration, reason string) {
-	ctx = context.WithoutCancel(ctx) // each RPC is bounded by RequestTimeout
+	// A stop does not cut these RPCs (each is bounded by RequestTimeout);
+	// Close does when its own context ends first.
+	ctx = s.rpcCtx
 	failed := 0
 	for _, m := range msgs {
 		if missing(m) != "" {
@@ -775,11 +834,25 @@ func (s *Source[T]) entries(b *binding, msgs []*client.ReceivedMessage, polledAt
 //     permanent refusal, or an outage longer than MaxOutage) and the queue
 //     is empty; every later call returns it again.
 func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
-	var e *entry
+	var (
+		e        *entry
+		value    T
+		decodeEr error
+		meta     Metadata
+	)
 	for {
 		var err error
 		if e, err = s.q.take(ctx); err != nil {
 			return nil, err
+		}
+		meta = metadataOf(e.msg, e.receivedAt)
+		value, decodeEr = *new(T), nil
+		if e.bad == nil {
+			value, decodeEr = s.dec.Decode(e.msg.Body, &meta)
+		}
+		if decodeEr != nil && !s.leaseUndecodable {
+			s.cutUndecodable(ctx, e) // instead of a renewal: it is emitted in any case
+			break
 		}
 		if s.freshen(ctx, e) {
 			break
@@ -799,7 +872,7 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 	handle := e.handle
 	e.mu.Unlock()
 	m := &AckableMessage[T]{
-		Meta: metadataOf(e.msg, e.receivedAt),
+		Meta: meta,
 		Handle: ReceiptHandle{
 			Endpoints: s.cfg.Endpoints, Namespace: s.cfg.Namespace, Group: e.bind.group,
 			Topic: e.msg.Topic, LiteTopic: e.msg.LiteTopic, MessageID: e.msg.MessageID,
@@ -812,11 +885,13 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 		s.metrics.emitted(ctx)
 		return m, nil
 	}
-	m.Value, m.Err = s.dec.Decode(e.msg.Body, &m.Meta)
+	m.Value, m.Err = value, decodeEr
 	if m.Err != nil {
 		s.metrics.decodeFailed(ctx)
 	}
-	if s.leases != nil && m.Err == nil { // a message that failed to decode is not leased
+	// A message that failed to decode is leased only under a Runner, whose
+	// handler decides on it (UndecodableInvisibleDuration).
+	if s.leases != nil && (m.Err == nil || s.leaseUndecodable) {
 		s.leases.add(m.Handle, e.visibleAt)
 		m.Handle.owner = s.leases // encoding the handle hands the delivery off
 	}
@@ -865,8 +940,17 @@ func (s *Source[T]) Drain() {
 // Close stops receiving, waits for the fetch goroutines, gives every message
 // still queued back to the group (ChangeInvisibleDuration to
 // ReleaseInvisibleDuration), stops lease renewal, and closes the consumer
-// sessions. Messages already emitted stay valid: ack them through any Acker
-// or AckPool. ctx bounds the release and the session shutdown.
+// sessions. It unregisters the source's metric callback (the queue depth).
+// Messages already emitted stay valid: ack them through any Acker or
+// AckPool.
+//
+// ctx bounds all of it, the renewals on the wire included: Close waits for
+// those (cut short, a renewal may change a message's handle on the broker
+// without this process learning the new one), and when ctx ends first it
+// cancels them and returns an error wrapping ctx.Err(). A message whose
+// renewal was cancelled keeps the handle it had here; an ack of it may then
+// not take, and it comes back when its invisibility ends (a duplicate,
+// never a loss).
 func (s *Source[T]) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -879,6 +963,8 @@ func (s *Source[T]) Close(ctx context.Context) error {
 	}
 	done := s.startDone
 	s.mu.Unlock()
+	defer s.abandon() // nothing of it is on the wire any more
+	s.unobserve()
 	if done != nil {
 		<-done // a Start in progress gives up and closes what it opened
 	}
@@ -889,12 +975,16 @@ func (s *Source[T]) Close(ctx context.Context) error {
 		s.q.close()
 		return s.releasePool(ctx)
 	}
-	s.stopFetch()
-	s.fetchWG.Wait()
-	s.stopRun()
-	s.wg.Wait()
-	left := s.q.close()
 	var errs []error
+	s.stopFetch()
+	if err := s.join(ctx, &s.fetchWG, "messages being given back"); err != nil {
+		errs = append(errs, err)
+	}
+	s.stopRun()
+	if err := s.join(ctx, &s.wg, "renewals"); err != nil {
+		errs = append(errs, err)
+	}
+	left := s.q.close()
 	if err := s.release(ctx, left); err != nil {
 		errs = append(errs, err)
 	}
@@ -903,6 +993,31 @@ func (s *Source[T]) Close(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// join waits for the goroutines of wg, which have been told to stop. The
+// RPCs a stop does not cut (lease renewals, messages being given back)
+// have until ctx ends: then they are cancelled (abandon), the goroutines
+// end at once, and join returns an error naming what was on the wire.
+func (s *Source[T]) join(ctx context.Context, wg *sync.WaitGroup, what string) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.abandon()
+	<-done
+	return fmt.Errorf("rmqflow: %s still on the wire at close were cancelled: %w", what, ctx.Err())
 }
 
 // releasePool waits, bounded by ctx, for the acks and changes already
@@ -958,7 +1073,7 @@ func (s *Source[T]) closeClients(ctx context.Context) {
 func (s *Source[T]) renewQueued(ctx context.Context) {
 	tick := make(chan struct{}, 1)
 	for {
-		stop := s.clk.afterFunc(s.renewTick(), func() {
+		stop := s.clk.afterFunc(renewTick(s.cfg.RenewalAheadTime), func() {
 			select {
 			case tick <- struct{}{}:
 			default:
@@ -975,15 +1090,33 @@ func (s *Source[T]) renewQueued(ctx context.Context) {
 		if len(old) > 0 {
 			s.giveBackOld(ctx, old)
 		}
-		for _, e := range due {
-			s.renewEntry(ctx, e)
-		}
+		s.renewPass(ctx, due)
 	}
 }
 
-func (s *Source[T]) renewTick() time.Duration {
-	d := s.cfg.RenewalAheadTime / 4
-	return min(max(d, 50*time.Millisecond), time.Second)
+// renewPass renews the due entries (soonest expiry first, as scan returns
+// them), up to RenewalConcurrency at once with the leases' renewals, and
+// returns once all are answered.
+func (s *Source[T]) renewPass(ctx context.Context, due []*entry) {
+	if len(due) == 0 {
+		return
+	}
+	p := newRenewalPass("queue", s.log, s.metrics)
+	var wg sync.WaitGroup
+	for _, e := range due {
+		if s.slots.acquire(ctx) != nil {
+			break
+		}
+		p.add()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.slots.release()
+			s.renewEntry(ctx, e, p)
+		}()
+	}
+	p.dispatched()
+	wg.Wait()
 }
 
 // giveBackOld releases entries that waited longer than MaxQueueAge.
@@ -1026,13 +1159,58 @@ func (s *Source[T]) freshen(ctx context.Context, e *entry) bool {
 	return true
 }
 
-func (s *Source[T]) renewEntry(ctx context.Context, e *entry) {
+// cutUndecodable cuts the invisibility left to a taken entry whose body did
+// not decode to UndecodableInvisibleDuration, when more is left, and swaps in
+// the new handle. A failure is logged: the message is emitted all the same,
+// with what it has.
+func (s *Source[T]) cutUndecodable(ctx context.Context, e *entry) {
+	d := s.cfg.UndecodableInvisibleDuration
+	if d == Forever {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.visibleAt.Sub(s.clk.now()) <= d {
+		return
+	}
+	t0 := s.clk.now()
+	h, err := e.bind.c.ChangeInvisibleDuration(context.WithoutCancel(ctx), client.ChangeInvisibleRequest{
+		Group: e.bind.group, Topic: e.msg.Topic, MessageID: e.msg.MessageID, ReceiptHandle: e.handle,
+		LiteTopic: e.msg.LiteTopic, InvisibleDuration: d,
+	})
+	if err != nil {
+		s.log.Warn("rmqflow: shortening the invisibility of a message that did not decode failed; it is emitted with what it has left",
+			"message_id", e.msg.MessageID, "err", err)
+		return
+	}
+	e.handle = h
+	e.visibleAt = t0.Add(d)
+}
+
+func (s *Source[T]) renewEntry(ctx context.Context, e *entry, p *renewalPass) {
+	var lateBy time.Duration
+	defer func() {
+		var name string
+		if lateBy > 0 {
+			name = ReceiptHandle{Group: e.bind.group, Topic: e.msg.Topic, LiteTopic: e.msg.LiteTopic,
+				MessageID: e.msg.MessageID, DeliveryAttempt: e.msg.DeliveryAttempt}.String()
+		}
+		p.answered(ctx, name, lateBy)
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.taken {
 		return // emitted meanwhile: leases (if on) take over
 	}
-	if err := s.renewLocked(ctx, e); err != nil && ctx.Err() == nil {
+	deadline := e.visibleAt
+	err := s.renewLocked(ctx, e)
+	if ctx.Err() != nil {
+		return // cut by Close
+	}
+	if answered := s.clk.now(); answered.After(deadline) {
+		lateBy = answered.Sub(deadline)
+	}
+	if err != nil {
 		s.log.Warn("rmqflow: renewing a queued message failed", "message_id", e.msg.MessageID, "err", err)
 	}
 }

@@ -51,23 +51,39 @@ type ReceiveRequest struct {
 
 // Receive long-polls once. An empty poll (MESSAGE_NOT_FOUND) returns no
 // messages and a nil error. The call is bounded by ctx and, when ctx has no
-// earlier deadline, by LongPollingTimeout + RequestTimeout.
+// earlier deadline, by LongPollingTimeout + RequestTimeout. A receive loop
+// that retries failed polls should use a Poller, which repeats the attempt
+// id of a poll whose answer was lost.
 func (c *Client) Receive(ctx context.Context, req ReceiveRequest) ([]*ReceivedMessage, error) {
+	msgs, _, err := c.receive(ctx, req)
+	return msgs, err
+}
+
+// receiveOutcome tells a Poller what became of a poll.
+type receiveOutcome struct {
+	sent     bool             // the poll went out
+	answered bool             // a status or a message came back
+	queue    *v2.MessageQueue // the queue it was addressed to
+	attempt  string           // its attempt id
+}
+
+func (c *Client) receive(ctx context.Context, req ReceiveRequest) ([]*ReceivedMessage, receiveOutcome, error) {
 	const op = "ReceiveMessage"
+	var out receiveOutcome
 	if c.isClosed() {
-		return nil, ErrClosed
+		return nil, out, ErrClosed
 	}
 	if req.Group == "" {
-		return nil, &ConfigError{Option: "Group", Reason: "empty"}
+		return nil, out, &ConfigError{Option: "Group", Reason: "empty"}
 	}
 	if req.Topic == "" {
-		return nil, &ConfigError{Option: "Topic", Reason: "empty"}
+		return nil, out, &ConfigError{Option: "Topic", Reason: "empty"}
 	}
 	if req.InvisibleDuration <= 0 {
-		return nil, &ConfigError{Option: "InvisibleDuration", Reason: "must be positive"}
+		return nil, out, &ConfigError{Option: "InvisibleDuration", Reason: "must be positive"}
 	}
 	if req.BatchSize < 0 {
-		return nil, &ConfigError{Option: "BatchSize", Reason: "must not be negative"}
+		return nil, out, &ConfigError{Option: "BatchSize", Reason: "must not be negative"}
 	}
 	batch := req.BatchSize
 	if batch == 0 {
@@ -81,7 +97,7 @@ func (c *Client) Receive(ctx context.Context, req ReceiveRequest) ([]*ReceivedMe
 	if q == nil {
 		r, err := c.route(ctx, req.Topic)
 		if err != nil {
-			return nil, err
+			return nil, out, err
 		}
 		if req.Lite {
 			q = r.first(readable)
@@ -89,13 +105,14 @@ func (c *Client) Receive(ctx context.Context, req ReceiveRequest) ([]*ReceivedMe
 			q = r.pick(readable)
 		}
 		if q == nil {
-			return nil, &StatusError{Op: op, Code: CodeTopicNotFound, Message: "no readable queue in the route of " + req.Topic}
+			return nil, out, &StatusError{Op: op, Code: CodeTopicNotFound, Message: "no readable queue in the route of " + req.Topic}
 		}
 	}
 	attempt := req.AttemptID
 	if attempt == "" {
 		attempt = requestID()
 	}
+	out = receiveOutcome{sent: true, queue: q, attempt: attempt}
 	pb := &v2.ReceiveMessageRequest{
 		Group:              c.resource(req.Group),
 		MessageQueue:       q,
@@ -110,7 +127,7 @@ func (c *Client) Receive(ctx context.Context, req ReceiveRequest) ([]*ReceivedMe
 	defer cancel()
 	stream, err := c.stub.ReceiveMessage(cctx, pb)
 	if err != nil {
-		return nil, c.wrap(op, err)
+		return nil, out, c.wrap(op, err)
 	}
 	var (
 		msgs   []*ReceivedMessage
@@ -124,7 +141,8 @@ func (c *Client) Receive(ctx context.Context, req ReceiveRequest) ([]*ReceivedMe
 		if err != nil {
 			// Messages already read stay invisible until they expire; hand them
 			// over with the error so that nothing is silently dropped.
-			return msgs, c.wrap(op, err)
+			out.answered = status != nil || len(msgs) > 0
+			return msgs, out, c.wrap(op, err)
 		}
 		switch x := resp.GetContent().(type) {
 		case *v2.ReceiveMessageResponse_Status:
@@ -134,16 +152,62 @@ func (c *Client) Receive(ctx context.Context, req ReceiveRequest) ([]*ReceivedMe
 		case *v2.ReceiveMessageResponse_DeliveryTimestamp:
 		}
 	}
+	out.answered = status != nil || len(msgs) > 0
 	if status == nil {
-		return msgs, &StatusError{Op: op, Code: CodeInternalError, Message: "stream ended without a status"}
+		return msgs, out, &StatusError{Op: op, Code: CodeInternalError, Message: "stream ended without a status"}
 	}
 	switch status.GetCode() {
 	case v2.Code_OK:
-		return msgs, nil
+		return msgs, out, nil
 	case v2.Code_MESSAGE_NOT_FOUND:
-		return msgs, nil
+		return msgs, out, nil
+	case v2.Code_PROXY_TIMEOUT:
+		// The proxy gave up waiting for the broker, which may have popped
+		// messages all the same: the answer is lost.
+		out.answered = len(msgs) > 0
 	}
-	return msgs, &StatusError{Op: op, Code: Code(status.GetCode()), Message: status.GetMessage()}
+	return msgs, out, &StatusError{Op: op, Code: Code(status.GetCode()), Message: status.GetMessage()}
+}
+
+// Poller issues the ReceiveMessage polls of one receive loop; it is not safe
+// for concurrent use (give each loop its own). A poll whose answer was lost —
+// a transport failure or deadline before any status or message came back, a
+// stream that ended without a status, or PROXY_TIMEOUT — may have popped
+// messages on the broker all the same, which on a lite topic or a FIFO
+// queue would then hold that queue for a whole InvisibleDuration. The next
+// poll therefore repeats its attempt id (ReceiveMessageRequest.attempt_id)
+// and its queue, which the broker takes as the same pop and answers with
+// those messages again, as the official FIFO consumers do after a deadline.
+// Any answer — messages, MESSAGE_NOT_FOUND, any other status, or messages
+// followed by a failure (repeating the attempt would hand the messages
+// already taken out again under new handles) — ends the attempt: the next
+// poll has a new attempt id. Repeating an attempt the broker never saw is
+// harmless: it is a new pop.
+type Poller struct {
+	c       *Client
+	attempt string           // to repeat; empty: the next poll is a new attempt
+	queue   *v2.MessageQueue // the queue of that attempt
+}
+
+// NewPoller returns a Poller over c.
+func (c *Client) NewPoller() *Poller { return &Poller{c: c} }
+
+// Receive is Client.Receive with the attempt handling described on Poller:
+// after a poll whose answer was lost, req's AttemptID and Queue are replaced
+// by the lost poll's.
+func (p *Poller) Receive(ctx context.Context, req ReceiveRequest) ([]*ReceivedMessage, error) {
+	if p.attempt != "" {
+		req.AttemptID, req.Queue = p.attempt, p.queue
+	}
+	msgs, out, err := p.c.receive(ctx, req)
+	if !out.sent {
+		return msgs, err // nothing went out: a pending attempt stays pending
+	}
+	p.attempt, p.queue = "", nil
+	if err != nil && !out.answered {
+		p.attempt, p.queue = out.attempt, out.queue
+	}
+	return msgs, err
 }
 
 // AckEntry is one message to acknowledge.

@@ -37,7 +37,11 @@ type Verdict struct {
 	Response proto.Message
 	// ErrAfter handles a unary call as usual, then fails it with this error
 	// instead of answering: the call took effect but the client sees a
-	// failure, as when a response is lost. On streams it acts as Err.
+	// failure, as when a response is lost. A ReceiveMessage long-polls and
+	// pops as usual, then fails with it instead of answering: what it popped
+	// stays invisible, as when the broker popped and the answer was lost
+	// (a poll repeating its attempt id gets it again). On Telemetry it acts
+	// as Err.
 	ErrAfter error
 }
 

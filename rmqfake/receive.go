@@ -3,6 +3,7 @@ package rmqfake
 import (
 	"context"
 	"crypto/md5"
+	"errors"
 	"time"
 
 	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
@@ -18,22 +19,32 @@ func (x *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Serv
 	s := x.s
 	ctx := stream.Context()
 	m := metaOf(ctx)
+	// lost is Verdict.ErrAfter: the poll is handled, then fails instead of
+	// answering, and what it popped stays in flight.
+	var lost error
 	if _, err := s.decide(ctx, Call{Method: "ReceiveMessage", ClientID: m.clientID, Request: req}); err != nil {
-		return err
+		var after *afterError
+		if !errors.As(err, &after) {
+			return err
+		}
+		lost = after.err
 	}
 	if f := s.precheck(ctx, m, req); f != nil {
-		return x.finish(stream, f.status())
+		return x.finishOrLose(stream, f.status(), lost)
 	}
 	r, poll, f := s.b.receiveRequest(ctx, m, req)
 	if f != nil {
-		return x.finish(stream, f.status())
+		return x.finishOrLose(stream, f.status(), lost)
 	}
 	out, t, f, err := s.b.longPoll(ctx, r, poll)
 	if err != nil {
 		return err
 	}
 	if f != nil {
-		return x.finish(stream, f.status())
+		return x.finishOrLose(stream, f.status(), lost)
+	}
+	if lost != nil {
+		return lost
 	}
 	if len(out) == 0 {
 		return x.finish(stream, fail(v2.Code_MESSAGE_NOT_FOUND, "no new message").status())
@@ -57,6 +68,14 @@ func (x *service) ReceiveMessage(req *v2.ReceiveMessageRequest, stream grpc.Serv
 		}
 	}
 	return stream.Send(&v2.ReceiveMessageResponse{Content: &v2.ReceiveMessageResponse_DeliveryTimestamp{DeliveryTimestamp: timestamppb.New(s.cfg.clock.Now())}})
+}
+
+// finishOrLose answers with st, or fails with lost instead when it is set.
+func (x *service) finishOrLose(stream grpc.ServerStreamingServer[v2.ReceiveMessageResponse], st *v2.Status, lost error) error {
+	if lost != nil {
+		return lost
+	}
+	return x.finish(stream, st)
 }
 
 func (x *service) finish(stream grpc.ServerStreamingServer[v2.ReceiveMessageResponse], st *v2.Status) error {

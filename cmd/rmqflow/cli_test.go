@@ -178,6 +178,32 @@ func TestDemoOnEmbeddedEmulator(t *testing.T) {
 	}
 }
 
+// TestDemoHotZero: -hot 0 means no hot session (it flooded with 400, zero
+// read as "default"): two runs, no message of a hot session anywhere; with a
+// hot session the demo runs the no-hot baseline first and prints the three
+// runs' cold p99 side by side.
+func TestDemoHotZero(t *testing.T) {
+	t.Setenv("RMQFLOW_NAMESPACE", "")
+	code, out, errOut := runCLI(t, "", "demo", "-endpoint=", "-sessions", "3", "-hot", "0", "-model-call", "1ms", "-chart", "")
+	if code != exitOK {
+		t.Fatalf("demo -hot 0: exit %d: %s", code, errOut)
+	}
+	if strings.Contains(out, "(hot)") || !strings.Contains(out, "no hot session") || strings.Count(out, "all cold sessions") != 2 {
+		t.Errorf("demo -hot 0 output:\n%s", out)
+	}
+	code, out, errOut = runCLI(t, "", "demo", "-endpoint=", "-sessions", "3", "-hot", "30", "-model-call", "1ms", "-chart", "")
+	if code != exitOK {
+		t.Fatalf("demo -hot 30: exit %d: %s", code, errOut)
+	}
+	if strings.Count(out, "all cold sessions") != 3 || !strings.Contains(out, "cold sessions' p99: no hot session (baseline) ") ||
+		!strings.Contains(out, ", throttle off ") || !strings.Contains(out, ", throttle on (fair share) ") {
+		t.Errorf("demo -hot 30 output lacks the baseline beside the two runs:\n%s", out)
+	}
+	if code, _, errOut := runCLI(t, "", "demo", "-endpoint=", "-hot", "-1"); code != exitUsage || !strings.Contains(errOut, "-hot -1") {
+		t.Errorf("demo -hot -1: exit %d, want 2: %s", code, errOut)
+	}
+}
+
 // TestDemoEnvironmentAndChart: the demo honours RMQFLOW_ENDPOINT (a dead one
 // exits 3), writes its chart to the temporary directory by default (not the
 // working directory), and exits 1 for an unwritable -chart, 2 for a bad

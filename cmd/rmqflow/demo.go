@@ -20,11 +20,14 @@ const demoUsage = `Usage: rmqflow demo [flags]
 Shows what fair throttling per lite topic does. One LITE main topic carries
 many sessions (lite topics); one hot session floods it while the others send a
 few messages each. The pipeline is: Source → keyed hand-off by lite topic to
-worker shards → FairShare throttle → a slow "model call" → ack. It runs twice,
-throttle off and throttle on, then prints a table per lite topic (received,
-acked, deferred, p50/p99 latency from birth to ack) and writes an SVG chart of
-the cold sessions' latency in both runs (to -chart, by default
-rmqflow-demo.svg in the temporary directory; the path is printed).
+worker shards → FairShare throttle → a slow "model call" → ack. It runs three
+times: without the hot session (the baseline), then with it, throttle off and
+throttle on; it prints a table per lite topic (received, acked, deferred,
+p50/p99 latency from birth to ack), the cold sessions' p99 of the three runs
+side by side, and writes an SVG chart of the cold sessions' latency in each
+run (to -chart, by default rmqflow-demo.svg in the temporary directory; the
+path is printed). -hot 0 leaves the hot session out: two runs, throttle off
+and on, with no flood.
 
 Without an endpoint it runs on the embedded emulator (rmqfake): no Java, no
 setup; it creates -topic and -group there, in -namespace if one is given.
@@ -56,7 +59,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&topic, "topic", "rmqflow-demo", "LITE main `topic`")
 	fs.StringVar(&group, "group", "rmqflow-demo-g", "wildcard lite `group` bound to -topic")
 	fs.IntVar(&sessions, "sessions", 24, "cold sessions (lite topics)")
-	fs.IntVar(&hot, "hot", 400, "messages of the hot session")
+	fs.IntVar(&hot, "hot", 400, "messages of the hot session (0: no hot session)")
 	fs.IntVar(&workers, "workers", 4, "worker shards")
 	fs.DurationVar(&modelCall, "model-call", 15*time.Millisecond, "duration of one slow \"model call\"")
 	fs.StringVar(&chartPath, "chart", filepath.Join(os.TempDir(), "rmqflow-demo.svg"), "write the SVG chart to `path` (empty: no chart)")
@@ -67,6 +70,10 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	c, err := conn.connection()
 	if err != nil {
 		return fail(stderr, "demo", err)
+	}
+	if hot < 0 {
+		fmt.Fprintf(stderr, "rmqflow demo: -hot %d: want 0 (no hot session) or more\n", hot)
+		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -88,7 +95,11 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		where = "the embedded emulator at " + fake.Addr()
 	}
 	if !asJSON {
-		fmt.Fprintf(stdout, "rmqflow demo on %s: %d cold sessions × 8 messages, one hot session × %d\n", where, sessions, hot)
+		flood := fmt.Sprintf("one hot session × %d", hot)
+		if hot == 0 {
+			flood = "no hot session"
+		}
+		fmt.Fprintf(stdout, "rmqflow demo on %s: %d cold sessions × 8 messages, %s\n", where, sessions, flood)
 	}
 	prog := newProgress(stderr, !asJSON)
 	results, err := demo.Run(ctx, demo.Config{Conn: c, Topic: topic, Group: group, Sessions: sessions, Hot: hot,
@@ -107,7 +118,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if asJSON {
 		for _, r := range results {
 			cold := r.Cold()
-			jsonLine(stdout, map[string]any{"throttled": r.Throttled, "seconds": r.Elapsed.Seconds(),
+			jsonLine(stdout, map[string]any{"run": r.Title(), "baseline": r.Baseline, "throttled": r.Throttled, "seconds": r.Elapsed.Seconds(),
 				"cold_p50_ms": ms(demo.Quantile(cold, .5)), "cold_p99_ms": ms(demo.Quantile(cold, .99)),
 				"hot_p50_ms": ms(r.Hot().P(.5)), "hot_deferred": r.Hot().Deferred})
 		}

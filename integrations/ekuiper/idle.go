@@ -236,7 +236,7 @@ func getJSON(ctx context.Context, u string, v any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := restDo(req)
 	if err != nil {
 		return err
 	}
@@ -246,10 +246,18 @@ func getJSON(ctx context.Context, u string, v any) error {
 		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", u, resp.Status)
+		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("GET %s: %s", u, resp.Status)}
 	}
 	return json.Unmarshal(b, v)
 }
+
+// statusError is a REST answer other than 200.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
 
 // settleIdleLoop runs while the source does: every interval in which nothing
 // was ingested and rows are pending, it checks the rule's metrics and acks

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"reflect"
 	"strings"
 	"time"
@@ -333,24 +331,6 @@ func checkRule(r ruleDef, held string) (int, error) {
 	return n, nil
 }
 
-// ruleAPI is the base URL of the REST API the source asks for its rule's
-// definition: $RMQFLOW_SQL_RULE_API, or eKuiper's REST address from the
-// environment rmqflow-sql sets (KUIPER__BASIC__RESTIP, ...RESTPORT), or
-// http://127.0.0.1:9081.
-func ruleAPI() string {
-	if u := os.Getenv("RMQFLOW_SQL_RULE_API"); u != "" {
-		return strings.TrimRight(u, "/")
-	}
-	host, port := os.Getenv("KUIPER__BASIC__RESTIP"), os.Getenv("KUIPER__BASIC__RESTPORT")
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	if port == "" {
-		port = "9081"
-	}
-	return "http://" + net.JoinHostPort(host, port)
-}
-
 // fetchRule gets GET /rules/{id}, retrying while the REST API is not up yet
 // (eKuiper starts the rules it recovers before its REST server) until ctx
 // ends.
@@ -385,7 +365,7 @@ func getRule(ctx context.Context, u string) (ruleDef, error) {
 	if err != nil {
 		return ruleDef{}, &permanentError{err}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := restDo(req)
 	if err != nil {
 		return ruleDef{}, err
 	}
@@ -397,7 +377,7 @@ func getRule(ctx context.Context, u string) (ruleDef, error) {
 	switch {
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return ruleDef{}, &permanentError{fmt.Errorf("rocketmq: GET %s: %s (REST authentication is on: the ack-mode sink check cannot read the rule)", u, resp.Status)}
+		return ruleDef{}, &permanentError{fmt.Errorf("rocketmq: GET %s: %s (the REST API wants a credential the source does not send: give it a client that does, rmqkuiper.RegisterWith)", u, resp.Status)}
 	default:
 		return ruleDef{}, fmt.Errorf("rocketmq: GET %s: %s", u, resp.Status)
 	}
@@ -494,7 +474,7 @@ func watchRule(ctx context.Context, sctx api.StreamContext, def ruleDef, led *le
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			req, _ := http.NewRequestWithContext(rctx, http.MethodPost, ruleAPI()+"/rules/"+url.PathEscape(def.ID)+"/restart", nil)
-			if resp, err := http.DefaultClient.Do(req); err != nil {
+			if resp, err := restDo(req); err != nil {
 				sctx.GetLogger().Errorf("rocketmq source: restarting rule %s: %v", def.ID, err)
 			} else {
 				resp.Body.Close()

@@ -1,16 +1,12 @@
 package rmqkuiper_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -487,12 +483,9 @@ func TestRESTPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	cmd := exec.Command(binary)
-	cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+t.TempDir(), "RMQFLOW_SQL_REST="+l.Addr().String())
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), l.Addr().String()) {
-		t.Fatalf("exit %v, output %q; want exit 1 naming %s", err, out, l.Addr())
+	code, out := runRefused(t, "RMQFLOW_SQL_REST="+l.Addr().String())
+	if code != 1 || !strings.Contains(out, l.Addr().String()) {
+		t.Fatalf("exit %d, output %q; want exit 1 naming %s", code, out, l.Addr())
 	}
 }
 
@@ -507,16 +500,10 @@ func TestStartRefusals(t *testing.T) {
 		{"kuiper__rule__isEventTime=true"},
 		{"KUIPER__RULE__CONCURRENCY=4"},
 	} {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, binary) // a server that starts is killed
-		cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+t.TempDir(), "RMQFLOW_SQL_REST="+freeAddr(t))
-		cmd.Env = append(cmd.Env, env...)
 		name, _, _ := strings.Cut(env[0], "=")
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), name) {
-			t.Errorf("%v: exit %v, output %q; want exit 1 naming %s", env, err, out, name)
+		code, out := runRefused(t, env...)
+		if code != 1 || !strings.Contains(out, name) {
+			t.Errorf("%v: exit %d, output %q; want exit 1 naming %s", env, code, out, name)
 		}
 	}
 }

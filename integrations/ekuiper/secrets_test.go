@@ -84,7 +84,7 @@ func TestSecretsStayOutOfLogs(t *testing.T) {
 	delete(section, "secret-key-env")
 	sourceSections(t, home, map[string]map[string]any{"test": section})
 	cmd := exec.Command(binary)
-	cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+home, "RMQFLOW_SQL_REST="+freeAddr(t))
+	cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+home, "RMQFLOW_SQL_REST="+freeAddr(t), "RMQFLOW_SQL_HTTPPUSH="+freeAddr(t))
 	b, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(b), "secret-key-env") || strings.Contains(string(b), plainSecret) {

@@ -45,9 +45,14 @@ type server struct {
 	t    *testing.T
 	home string
 	addr string
-	cmd  *exec.Cmd
-	log  *syncBuffer
-	done chan error
+	// push is the httppush listener's address.
+	push string
+	// token is the REST API's credential: RMQFLOW_SQL_TOKEN when the test
+	// sets it, else what the server wrote to <home>/rest.token.
+	token string
+	cmd   *exec.Cmd
+	log   *syncBuffer
+	done  chan error
 }
 
 func freeAddr(t *testing.T) string {
@@ -60,19 +65,38 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startServer starts rmqflow-sql on home (a new temp dir when empty) and
-// waits until its REST API answers.
+// startServer starts rmqflow-sql on home (a new temp dir when empty) with
+// free REST and httppush addresses on 127.0.0.1, waits until its REST API
+// answers and reads its token.
 func startServer(t *testing.T, home string, env ...string) *server {
+	t.Helper()
+	return startServerAt(t, home, freeAddr(t), env...)
+}
+
+// startServerAt is startServer with the REST API on addr (a 0.0.0.0
+// address is reached on 127.0.0.1).
+func startServerAt(t *testing.T, home, addr string, env ...string) *server {
 	t.Helper()
 	if home == "" {
 		home = t.TempDir()
 	}
-	s := &server{t: t, home: home, addr: freeAddr(t), log: &syncBuffer{}, done: make(chan error, 1)}
+	s := &server{t: t, home: home, addr: addr, log: &syncBuffer{}, done: make(chan error, 1)}
+	if h, p, _ := net.SplitHostPort(addr); h == "0.0.0.0" || h == "::" {
+		s.addr = net.JoinHostPort("127.0.0.1", p)
+	}
 	s.cmd = exec.Command(binary)
-	s.cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+home, "RMQFLOW_SQL_REST="+s.addr,
-		"KUIPER__BASIC__PORT="+portOf(freeAddr(t)), "KUIPER__SOURCE__HTTPSERVERPORT="+portOf(freeAddr(t)),
-		"KUIPER__BASIC__RULEPATROLINTERVAL=1s")
+	s.push = freeAddr(t)
+	s.cmd.Env = append(os.Environ(), "RMQFLOW_SQL_HOME="+home, "RMQFLOW_SQL_REST="+addr,
+		"RMQFLOW_SQL_HTTPPUSH="+s.push, "KUIPER__BASIC__RULEPATROLINTERVAL=1s")
 	s.cmd.Env = append(s.cmd.Env, env...)
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "RMQFLOW_SQL_TOKEN="); ok {
+			s.token = v
+		}
+		if v, ok := strings.CutPrefix(kv, "RMQFLOW_SQL_HTTPPUSH="); ok {
+			s.push = v
+		}
+	}
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -85,6 +109,10 @@ func startServer(t *testing.T, home string, env ...string) *server {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				if s.token == "" {
+					b, _ := os.ReadFile(filepath.Join(home, "rest.token"))
+					s.token = strings.TrimSpace(string(b))
+				}
 				return s
 			}
 		}
@@ -151,6 +179,9 @@ func (s *server) try(method, path string, body any) (int, []byte) {
 		s.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatal(err)

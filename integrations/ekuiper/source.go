@@ -178,6 +178,8 @@ func parseSource(m map[string]any) (sourceConf, []string, error) {
 // eKuiper decodes with the stream's FORMAT.
 type source struct {
 	conf sourceConf
+	// props is the configuration eKuiper handed Provision (checkConfKey).
+	props map[string]any
 
 	mu     sync.Mutex
 	sess   *session
@@ -212,7 +214,7 @@ func (s *source) Provision(ctx api.StreamContext, configs map[string]any) error 
 	if len(unknown) > 0 {
 		ctx.GetLogger().Warnf("rocketmq source: unknown configuration keys %v (ignored)", unknown)
 	}
-	s.conf = c
+	s.conf, s.props = c, maps.Clone(configs)
 	return nil
 }
 
@@ -228,6 +230,12 @@ func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) err
 	fail := func(err error) error {
 		sch(api.ConnectionDisconnected, err.Error())
 		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, ruleCheckTimeout)
+	err := checkConfKey(cctx, ctx.GetOpId(), s.props)
+	cancel()
+	if err != nil {
+		return fail(err)
 	}
 	if s.conf.ackMode == AckSink {
 		if strings.HasPrefix(ctx.GetRuleId(), "$$") {

@@ -60,21 +60,27 @@ func escape(s string) string {
 }
 
 // WriteLatencyChart charts the cold sessions' p50 and p99 (and the hot
-// session's p50) with the throttle off and on.
+// session's p50) of each run: the baseline without the hot session, the
+// throttle off and on.
 func WriteLatencyChart(w io.Writer, results []Result) error {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	var bars []Bar
 	for _, r := range results {
 		tag, color := "throttle off", "#d9534f"
-		if r.Throttled {
+		switch {
+		case r.Baseline:
+			tag, color = "no hot session", "#5b8def"
+		case r.Throttled:
 			tag, color = "throttle on", "#5cb85c"
 		}
 		cold := r.Cold()
 		bars = append(bars,
 			Bar{Label: "cold p50, " + tag, Value: ms(quantile(cold, 0.5)), Color: color},
 			Bar{Label: "cold p99, " + tag, Value: ms(quantile(cold, 0.99)), Color: color},
-			Bar{Label: "hot p50, " + tag, Value: ms(r.Hot().P(0.5)), Color: "#999999"},
 		)
+		if hot := r.Hot(); len(hot.Latencies) > 0 {
+			bars = append(bars, Bar{Label: "hot p50, " + tag, Value: ms(hot.P(0.5)), Color: "#999999"})
+		}
 	}
 	return WriteBarChart(w, "Cold sessions' latency (born → acked) while one session floods", "ms", bars)
 }

@@ -30,7 +30,8 @@ type Config struct {
 	Sessions int
 	// PerSession is the messages each cold session sends; default 8.
 	PerSession int
-	// Hot is the messages the hot session floods with; default 400.
+	// Hot is the messages the hot session floods with; 0: no hot session
+	// (the CLI's default is 400). Negative is an error.
 	Hot int
 	// Workers is the number of keyed worker shards; default 4.
 	Workers int
@@ -46,9 +47,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PerSession == 0 {
 		c.PerSession = 8
-	}
-	if c.Hot == 0 {
-		c.Hot = 400
 	}
 	if c.Workers == 0 {
 		c.Workers = 4
@@ -85,6 +83,9 @@ func (s TopicStats) P(q float64) time.Duration { return quantile(s.Latencies, q)
 
 // Result is one run.
 type Result struct {
+	// Baseline: the run without the hot session (throttle off), the cold
+	// sessions' latency to compare the two others with.
+	Baseline  bool
 	Throttled bool
 	Elapsed   time.Duration
 	Topics    []TopicStats // hot first, then cold by name
@@ -111,10 +112,24 @@ func (r Result) Hot() TopicStats {
 	return TopicStats{}
 }
 
-// Run runs the scenario once without and once with the throttle.
+// Run runs the scenario without and with the throttle, after a baseline
+// run without the hot session when there is one (Config.Hot > 0).
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	if cfg.Hot < 0 {
+		return nil, fmt.Errorf("demo: hot session of %d messages: want 0 (none) or more", cfg.Hot)
+	}
 	cfg = cfg.withDefaults()
 	var out []Result
+	if cfg.Hot > 0 {
+		base := cfg
+		base.Hot = 0
+		r, err := runOnce(ctx, base, false)
+		if err != nil {
+			return out, err
+		}
+		r.Baseline = true
+		out = append(out, r)
+	}
 	for _, throttled := range []bool{false, true} {
 		r, err := runOnce(ctx, cfg, throttled)
 		if err != nil {
@@ -123,6 +138,18 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// Title names a run: "no hot session (baseline)", "throttle off" or
+// "throttle on (fair share)".
+func (r Result) Title() string {
+	switch {
+	case r.Baseline:
+		return "no hot session (baseline)"
+	case r.Throttled:
+		return "throttle on (fair share)"
+	}
+	return "throttle off"
 }
 
 type tracker struct {
@@ -147,6 +174,9 @@ func (t *tracker) topic(lite string, hot bool) *TopicStats {
 
 func runOnce(ctx context.Context, cfg Config, throttled bool) (Result, error) {
 	name := "throttle off"
+	if cfg.Hot == 0 && !throttled {
+		name = "no hot session"
+	}
 	if throttled {
 		name = "throttle on"
 	}
@@ -349,11 +379,7 @@ func Quantile(ds []time.Duration, q float64) time.Duration { return quantile(ds,
 // WriteTable prints the per-lite-topic table of both runs.
 func WriteTable(w io.Writer, results []Result) {
 	for _, r := range results {
-		title := "throttle off"
-		if r.Throttled {
-			title = "throttle on (fair share)"
-		}
-		fmt.Fprintf(w, "\n%s — %v\n", title, r.Elapsed.Round(10*time.Millisecond))
+		fmt.Fprintf(w, "\n%s — %v\n", r.Title(), r.Elapsed.Round(10*time.Millisecond))
 		fmt.Fprintf(w, "%-22s %9s %7s %9s %9s %9s\n", "lite topic", "received", "acked", "deferred", "p50", "p99")
 		for _, t := range r.Topics {
 			name := t.LiteTopic
@@ -370,4 +396,13 @@ func WriteTable(w io.Writer, results []Result) {
 		fmt.Fprintf(w, "%-22s %9s %7d %9s %9v %9v\n", "all cold sessions", "", len(cold), "",
 			quantile(cold, 0.5).Round(time.Millisecond), quantile(cold, 0.99).Round(time.Millisecond))
 	}
+	fmt.Fprintf(w, "\ncold sessions' p99:")
+	for i, r := range results {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(w, "%s %s %v", sep, r.Title(), quantile(r.Cold(), 0.99).Round(time.Millisecond))
+	}
+	fmt.Fprintln(w)
 }

@@ -29,10 +29,13 @@ func TestDemoOnEmulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(results) != 2 {
-		t.Fatalf("%d runs", len(results))
+	if len(results) != 3 || !results[0].Baseline || results[1].Throttled || !results[2].Throttled {
+		t.Fatalf("%d runs: want the baseline, throttle off, throttle on", len(results))
 	}
-	for _, r := range results {
+	if len(results[0].Hot().Latencies) != 0 || len(results[0].Cold()) != 6*3 {
+		t.Errorf("baseline: hot %d, cold %d acked; want 0 and %d", len(results[0].Hot().Latencies), len(results[0].Cold()), 6*3)
+	}
+	for _, r := range results[1:] {
 		acked := 0
 		for _, tp := range r.Topics {
 			acked += tp.Acked
@@ -44,7 +47,7 @@ func TestDemoOnEmulator(t *testing.T) {
 			t.Errorf("throttled=%v: acked %d, want %d", r.Throttled, acked, 120+6*3)
 		}
 	}
-	if results[1].Hot().Deferred == 0 {
+	if results[2].Hot().Deferred == 0 {
 		t.Error("the throttle never deferred the hot session")
 	}
 	var table, svg bytes.Buffer
