@@ -713,6 +713,7 @@ func (p *ackPool) forwardToDeadLetterQueue(ctx context.Context, h ReceiptHandle,
 	if err != nil {
 		return err
 	}
+	defer p.unref(ac)
 	if err := ac.ensureSession(ctx, h.Topic); err != nil {
 		return err
 	}

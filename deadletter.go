@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 	"slices"
+
+	"github.com/rmqflow/rmqflow/client"
 )
 
 // Properties DeadLetterToSink adds to the copy it writes: where the message
@@ -33,6 +35,10 @@ func DeadLetterToSink[T any](s *Sink) DeadLetterFunc[T] {
 		if props == nil {
 			props = map[string]string{}
 		}
+		// The broker acts on some properties a received message carries
+		// (INNER_MULTI_DISPATCH would dispatch the copy back into its lite
+		// topic) or refuses them: none travels with the copy.
+		maps.DeleteFunc(props, func(k, _ string) bool { return client.IsSystemProperty(k) })
 		props[PropertyDeadLetterOrigin] = m.Meta.Topic
 		props[PropertyDeadLetterMessageID] = m.Meta.MessageID
 		if m.Meta.LiteTopic != "" {
