@@ -15,15 +15,19 @@ const (
 	PropertyDeadLetterLiteTopic = "RMQFLOW_DLQ_LITE_TOPIC" // the original lite topic, if any
 	PropertyDeadLetterMessageID = "RMQFLOW_DLQ_MSG_ID"     // the original message id
 	PropertyDeadLetterCause     = "RMQFLOW_DLQ_CAUSE"      // the last error, or the valve
+	PropertyDeadLetterGroup     = "RMQFLOW_DLQ_MSG_GROUP"  // the original message group, if any
 )
 
 // DeadLetterToSink returns a DeadLetterFunc that parks a message given up on
-// in a topic of your own: it writes a copy (body, tag, keys, properties,
-// message group, plus the PropertyDeadLetter… properties) through s and
+// in a topic of your own: it writes a copy (body, tag, keys, the user
+// properties, plus the PropertyDeadLetter… properties, the message group
+// among them) through s and
 // returns once the broker stored it, so that the Runner acks the original
 // only then. If the write fails, the Runner keeps the message and tries again
 // later (see DeadLetterFunc); a write whose outcome was unknown may leave a
-// second copy. The copy goes to s's topic (and SinkConfig.LiteTopic, if
+// second copy; a message the runner parked is not parked again when its
+// ack fails (it is acked again when it comes back, also as a copy from the
+// broker's dead-letter queue). The copy goes to s's topic (and SinkConfig.LiteTopic, if
 // set); the original topic, lite topic and message id travel as properties.
 //
 // On RocketMQ 5.5.0 this is how to park lite messages for good: the
@@ -44,6 +48,12 @@ func DeadLetterToSink[T any](s *Sink) DeadLetterFunc[T] {
 		if m.Meta.LiteTopic != "" {
 			props[PropertyDeadLetterLiteTopic] = m.Meta.LiteTopic
 		}
+		if m.Meta.MessageGroup != "" {
+			// As a property, not the copy's own group: a NORMAL topic
+			// refuses a message with a group, and the function would fail
+			// for ever.
+			props[PropertyDeadLetterGroup] = m.Meta.MessageGroup
+		}
 		if cause != nil {
 			c := cause.Error()
 			if len(c) > 1024 {
@@ -52,7 +62,7 @@ func DeadLetterToSink[T any](s *Sink) DeadLetterFunc[T] {
 			props[PropertyDeadLetterCause] = c
 		}
 		_, err := s.Write(ctx, Record{Tag: m.Meta.Tag, Keys: slices.Clone(m.Meta.Keys), Properties: props,
-			MessageGroup: m.Meta.MessageGroup, Body: m.Meta.Body}).Wait(ctx)
+			Body: m.Meta.Body}).Wait(ctx)
 		return err
 	}
 }

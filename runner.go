@@ -234,8 +234,14 @@ type Runner[T any] struct {
 	// may dead-letter a message held back behind its lite topic's head
 	// (warnDeadLetterRisk).
 	returns *deferTracker
-	now     func() time.Time
-	held    atomic.Int64 // messages taken from the source and not yet settled
+	// parked holds the message ids the dead-letter function took (it
+	// returned nil) whose ack has not been answered OK: such a message that
+	// comes back (its ack failed, or it is a copy from the broker's
+	// dead-letter queue, which cannot be acked for good on 5.5.0) is acked
+	// again without running the handler or the function: parked once.
+	parked *deferTracker
+	now    func() time.Time
+	held   atomic.Int64 // messages taken from the source and not yet settled
 }
 
 // SetThrottle makes the runner admit every message through t before its
@@ -289,7 +295,7 @@ func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T
 	}
 	v := newValves(cfg.ErrorValves, time.Now)
 	v.groupMax = src.groupMaxAttempts
-	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), now: func() time.Time { return src.clk.now() }}, nil
+	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), parked: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), now: func() time.Time { return src.clk.now() }}, nil
 }
 
 // ErrorBackoffFor is the deferral ErrorDefer applies at a delivery attempt.
@@ -666,6 +672,7 @@ func (d *dispatcher[T]) acked(k string, st *keyState[T], m *AckableMessage[T], s
 		d.blockLocked(st, m, seq, now, now)
 	} else {
 		d.r.returns.forget(m.Meta.MessageID)
+		d.r.parked.forget(m.Meta.MessageID)
 	}
 	d.settled()
 	d.mu.Lock()
@@ -701,6 +708,7 @@ func (d *dispatcher[T]) ackedPipelined(k string, m *AckableMessage[T], seq uint6
 			"handle", m.Handle.String(), "err", err)
 	} else {
 		d.r.returns.forget(m.Meta.MessageID)
+		d.r.parked.forget(m.Meta.MessageID)
 	}
 	d.settled()
 }
@@ -765,6 +773,12 @@ const (
 func (d *dispatcher[T]) process(ctx context.Context, m *AckableMessage[T], ended *time.Time) (out outcome, until time.Time) {
 	r := d.r
 	*ended = r.now()
+	if r.parked.count(m.Meta.MessageID) > 0 {
+		// Parked by the dead-letter function already; its ack did not take.
+		r.src.log.Warn("rmqflow: runner acks again a message its dead-letter function already parked (its ack did not take)",
+			"handle", m.Handle.String())
+		return outAck, time.Time{}
+	}
 	// actx bounds the admission and the deferrals: made only for a message
 	// that may need it, not for a plain ack (a timer per message).
 	var actx context.Context
@@ -913,7 +927,10 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 	switch {
 	case r.deadLetter != nil:
 		r.src.metrics.deadLettered(actx, valve, "function")
-		if err := d.callDeadLetter(hctx, m, cause); err != nil {
+		err := d.callDeadLetter(hctx, m, cause)
+		if err == nil {
+			r.parked.add(m.Meta.MessageID)
+		} else {
 			r.src.log.Warn("rmqflow: dead-letter function failed; the message is deferred and tried again",
 				"handle", m.Handle.String(), "err", err)
 			delay := min(r.cfg.ErrorBackoffMax, r.cfg.ErrorValves.MaxDeferDuration)
@@ -927,6 +944,7 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 		r.src.metrics.deadLettered(actx, valve, "dropped")
 		r.src.log.Error("rmqflow: giving up on a message: a safety valve fired; acking (dropping) it as ErrorValves.OnValve = ValveAck says",
 			"handle", m.Handle.String(), "valve", valve, "cause", cause)
+		r.parked.add(m.Meta.MessageID)
 	case m.Meta.DeadLettered():
 		// Already a delivery from the dead-letter queue (a lite message on
 		// RocketMQ 5.5.0 comes back from it: scenario g): forwarding it

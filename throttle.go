@@ -110,6 +110,12 @@ func (d Decision) String() string {
 	return d.kind.String()
 }
 
+// ErrAlreadyDeadLettered is Throttle.Process's error for a message whose
+// valve fired and that was delivered from the group's dead-letter queue
+// already: it is not forwarded there again, nor acked; it comes back when
+// its invisibility ends.
+var ErrAlreadyDeadLettered = errors.New("rmqflow: a safety valve fired for a message delivered from the dead-letter queue; not forwarded again")
+
 // ErrNoDecision is the error of a zero Decision: a handler or policy returned
 // Decision{} instead of Ack(), Defer(...), Release(), Leave() or Settled().
 var ErrNoDecision = errors.New("rmqflow: the zero Decision is not a decision (return Ack(), Defer(...), Release(), Leave() or Settled())")
@@ -345,6 +351,12 @@ func (t *Throttle[T]) Process(ctx context.Context, m *AckableMessage[T]) (Outcom
 	case actFailed:
 		return Failed, err
 	case actValve:
+		if t.cfg.OnValve != ValveAck && m.Meta.DeadLettered() {
+			// A delivery from the dead-letter queue already (a lite
+			// message on 5.5.0: scenario g): another forward would only
+			// add a copy.
+			return Failed, fmt.Errorf("%w: %s", ErrAlreadyDeadLettered, m.Handle)
+		}
 		if t.cfg.OnValve != ValveAck {
 			if err := t.acker.forwardToDeadLetterQueue(ctx, m.Handle, ownAttempt(&m.Meta, t.valves.deferrals(m.Handle.MessageID)), t.valves.maxAttempt(m.Handle.Group, ordered(&m.Meta))); err != nil {
 				return Failed, err
