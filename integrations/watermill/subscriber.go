@@ -18,6 +18,14 @@ const (
 	DefaultNackBackoff    = 100 * time.Millisecond
 	DefaultNackBackoffMax = 10 * time.Second
 	DefaultCloseTimeout   = 30 * time.Second
+	// DefaultLiteMaxMessageNum is SubscriberConfig.Source.MaxMessageNum in
+	// lite mode when it is zero: a subscription receives its lite topic's
+	// next message only once the one before was acked. A message received
+	// behind one the handler nacks is delivered again with it, spending one
+	// of the deliveries its group allows although it did not fail; with 1
+	// no message ever waits behind another, and a message is delivered again
+	// only for its own nacks.
+	DefaultLiteMaxMessageNum = 1
 )
 
 // closeTimeout bounds Publisher.Close.
@@ -67,6 +75,9 @@ type SubscriberConfig struct {
 }
 
 func (c SubscriberConfig) withDefaults() SubscriberConfig {
+	if c.Source.Mode == rmqflow.ModeLite && c.Source.MaxMessageNum == 0 {
+		c.Source.MaxMessageNum = DefaultLiteMaxMessageNum
+	}
 	if c.NackBackoff == 0 {
 		c.NackBackoff = DefaultNackBackoff
 	}
