@@ -31,6 +31,12 @@ const (
 	MetaHandle          = rmqflow.AttrHandle
 )
 
+// defaultLiteMaxMessages is max_messages' default in lite mode: the most
+// messages of one lite topic a receive can take, so that a message is
+// delivered again only for its own nacks and for those of the one message
+// before it (see the field's description).
+const defaultLiteMaxMessages = 2
+
 // Ack modes of the input.
 const (
 	ackModeOutput = "output"
@@ -75,7 +81,7 @@ With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its 
 			service.NewIntField("fetch_concurrency").Description("Long-polling receivers per main topic.").Default(rmqflow.DefaultFetchConcurrency).Advanced(),
 			service.NewDurationField("await_duration").Description("The long-polling window of each receive (5 s to 20 s).").Default(rmqflow.DefaultAwaitDuration.String()).Advanced(),
 			service.NewDurationField("invisible_duration").Description("How long a received message stays invisible to the group; the input renews it while it holds the message.").Default(rmqflow.DefaultInvisibleDuration.String()),
-			service.NewIntField("max_messages").Description("The most messages one receive asks for (1 to 32).").Default(rmqflow.DefaultMaxMessageNum).Advanced(),
+			service.NewIntField("max_messages").Description("The most messages one receive asks for (1 to 32); 0: "+fmt.Sprint(defaultLiteMaxMessages)+" in `lite` mode, "+fmt.Sprint(rmqflow.DefaultMaxMessageNum)+" in `simple` mode. In `lite` mode a receive may take that many messages of one lite topic, and the broker delivers again every one of them behind a message the pipeline fails, spending one of the deliveries its group allows (retry limit + 1) although it did not fail: past that limit the broker dead-letters it. With "+fmt.Sprint(defaultLiteMaxMessages)+", a message waits only behind the one before it, whose nacks the valves stop at half the group's deliveries; raise it only with a group whose retry limit covers the nacks of the messages ahead.").Default(0).Advanced(),
 			service.NewDurationField("renewal_ahead_time").Description("How long before a held message's invisibility ends it is renewed.").Default(rmqflow.DefaultRenewalAheadTime.String()).Advanced(),
 			service.NewDurationField("max_outage").Description("How long receiving may keep failing before the input reports an error and reconnects.").Default(rmqflow.DefaultMaxOutage.String()).Advanced(),
 			service.NewIntField("concurrency").Description("The most messages out in the pipeline at once (across lite topics; one per lite topic).").Default(64),
@@ -143,6 +149,7 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (service.Batch
 	if err != nil {
 		return nil, err
 	}
+	conn.Meter = newBenthosMeter(mgr.Metrics())
 	c := rmqflow.SourceConfig{Connection: conn}
 	mode, err := conf.FieldString("mode")
 	if err != nil {
@@ -198,6 +205,9 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (service.Batch
 		if *dst, err = conf.FieldDuration(name); err != nil {
 			return nil, err
 		}
+	}
+	if c.Mode == rmqflow.ModeLite && c.MaxMessageNum == 0 {
+		c.MaxMessageNum = defaultLiteMaxMessages
 	}
 	in.srcCfg = c
 
