@@ -96,13 +96,20 @@ type logHandler struct {
 	log   *service.Logger
 	attrs []slog.Attr
 	group string
+	// names, when set, rewrites the records' messages: rmqflow's Go names
+	// become the component's config fields.
+	names *strings.Replacer
 }
 
 func (h *logHandler) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
-	b.WriteString(r.Message)
+	if h.names != nil {
+		b.WriteString(h.names.Replace(r.Message))
+	} else {
+		b.WriteString(r.Message)
+	}
 	write := func(a slog.Attr) {
 		if a.Equal(slog.Attr{}) {
 			return
@@ -136,7 +143,7 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logHandler{log: h.log, attrs: append(append([]slog.Attr(nil), h.attrs...), as...), group: h.group}
+	return &logHandler{log: h.log, attrs: append(append([]slog.Attr(nil), h.attrs...), as...), group: h.group, names: h.names}
 }
 
 func (h *logHandler) WithGroup(name string) slog.Handler {
@@ -144,5 +151,5 @@ func (h *logHandler) WithGroup(name string) slog.Handler {
 	if h.group != "" {
 		g = h.group + "." + name
 	}
-	return &logHandler{log: h.log, attrs: h.attrs, group: g}
+	return &logHandler{log: h.log, attrs: h.attrs, group: g, names: h.names}
 }

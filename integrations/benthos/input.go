@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +33,19 @@ const (
 	MetaHandle          = rmqflow.AttrHandle
 )
 
+// defaultLiteMaxMessages is max_messages' default in lite mode: the most
+// messages of one lite topic a receive can take, so that a message is
+// delivered again only for its own nacks and for those of the one message
+// before it (see the field's description).
+const defaultLiteMaxMessages = 2
+
+// giveUpNames turns the Go names in rmqflow's give-up log lines into the
+// input's config: a Benthos user cannot call Runner.SetDeadLetter.
+var giveUpNames = strings.NewReplacer(
+	"Runner.SetDeadLetter", "the rocketmq input's dead_letter.topic",
+	"ErrorValves.OnValve = ValveAck", "the rocketmq input's dead_letter.drop: true",
+)
+
 // Ack modes of the input.
 const (
 	ackModeOutput = "output"
@@ -43,11 +58,11 @@ func inputSpec() *service.ConfigSpec {
 		Categories("Services").
 		Summary("Reads messages from RocketMQ 5 topics through the gRPC Pop model: lite topics (one per tenant, session or conversation) or a normal topic, with at-least-once delivery.").
 		Description(`
-The input never acks a message by itself. A message is acked (through a pooled, batched ack) once the pipeline's output has it; a message the pipeline fails (a nack) is deferred on the broker with ChangeInvisibleDuration and an exponential backoff, so that it comes back after a while — never replayed in this process, where the broker would not know it failed. Inside a batch each message gets its own result (Benthos batch errors): one failed message does not bring its batch-mates back.
+The input never acks a message by itself. A message is acked (through a pooled, batched ack) once the pipeline's output has it; a message the pipeline fails (a nack) is deferred on the broker with ChangeInvisibleDuration and an exponential backoff by its own nacks, so that it comes back after a while — never replayed in this process, where the broker would not know it failed. Inside a batch each message gets its own result (Benthos batch errors): one failed message does not bring its batch-mates back.
 
 Messages of one lite topic (or FIFO message group) are emitted one at a time and in order: the next waits until the pipeline has finished the previous one, and a nacked message holds its lite topic back until it returns (see rmqflow's Runner, which this input is built on). Messages of different lite topics flow in parallel, up to `+"`concurrency`"+`.
 
-A message that keeps failing stops being deferred when a safety valve fires (`+"`valves`"+`): it is then logged at ERROR level (its handle, never its body) and acked, so that nothing loops for ever.
+A message that keeps failing stops being deferred when a safety valve fires (`+"`valves`"+`, judged by the message's own nacks only, not by the deliveries it spent waiting behind a failed message of its lite topic), so that nothing loops for ever. What then happens to it is `+"`dead_letter`"+`'s choice, and it is never dropped unless that says so: by default it is moved to the group's dead-letter queue on the broker, `+"`%DLQ%<group>`"+`; with `+"`dead_letter.topic`"+` it is written to a topic of your own and acked once stored; only with `+"`dead_letter.drop: true`"+` is it acked and dropped. Either way it is logged (its handle, never its body) and counted in the `+"`"+MetricDeadLettered+"`"+` metric.
 
 With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its serialized receipt handle in `+"`"+MetaHandle+"`"+` metadata, and a `+"`rocketmq_ack`"+` processor acks, defers or releases it wherever the work finishes — later in the pipeline, or in another process that received the handle. The input goes on with the message's lite topic once the output has the message, so manual mode keeps no order per lite topic past the output (docs/benthos.md, Manual acks).
 
@@ -75,7 +90,7 @@ With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its 
 			service.NewIntField("fetch_concurrency").Description("Long-polling receivers per main topic.").Default(rmqflow.DefaultFetchConcurrency).Advanced(),
 			service.NewDurationField("await_duration").Description("The long-polling window of each receive (5 s to 20 s).").Default(rmqflow.DefaultAwaitDuration.String()).Advanced(),
 			service.NewDurationField("invisible_duration").Description("How long a received message stays invisible to the group; the input renews it while it holds the message.").Default(rmqflow.DefaultInvisibleDuration.String()),
-			service.NewIntField("max_messages").Description("The most messages one receive asks for (1 to 32).").Default(rmqflow.DefaultMaxMessageNum).Advanced(),
+			service.NewIntField("max_messages").Description("The most messages one receive asks for (1 to 32); 0: "+fmt.Sprint(defaultLiteMaxMessages)+" in `lite` mode, "+fmt.Sprint(rmqflow.DefaultMaxMessageNum)+" in `simple` mode. In `lite` mode a receive may take that many messages of one lite topic, and the broker delivers again every one of them behind a message the pipeline fails, spending one of the deliveries its group allows (retry limit + 1) although it did not fail: past that limit the broker dead-letters it. With "+fmt.Sprint(defaultLiteMaxMessages)+", a message waits only behind the one before it, whose nacks the valves stop at half the group's deliveries; raise it only with a group whose retry limit covers the nacks of the messages ahead.").Default(0).Advanced(),
 			service.NewDurationField("renewal_ahead_time").Description("How long before a held message's invisibility ends it is renewed.").Default(rmqflow.DefaultRenewalAheadTime.String()).Advanced(),
 			service.NewDurationField("max_outage").Description("How long receiving may keep failing before the input reports an error and reconnects.").Default(rmqflow.DefaultMaxOutage.String()).Advanced(),
 			service.NewIntField("concurrency").Description("The most messages out in the pipeline at once (across lite topics; one per lite topic).").Default(64),
@@ -84,14 +99,19 @@ With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its 
 				Description("`output`: the input acks a message once the output has it. `manual`: the input never acks; a `rocketmq_ack` processor (here or in another process) acks by the handle in `"+MetaHandle+"`.").
 				Default(ackModeOutput),
 			service.NewBoolField("handle_metadata").Description("Also write `"+MetaHandle+"` with `ack_mode: output` (it is always written with `manual`). It hands the message off: see above.").Default(false).Advanced(),
-			service.NewDurationField("nack_backoff").Description("The first deferral of a nacked message; it doubles per delivery attempt.").Default(rmqflow.DefaultErrorBackoff.String()),
+			service.NewDurationField("nack_backoff").Description("The deferral of a message's first nack; it doubles with each of the message's own nacks (not with deliveries it spent waiting behind a nacked message of its lite topic).").Default(rmqflow.DefaultErrorBackoff.String()),
 			service.NewDurationField("nack_backoff_max").Description("The longest deferral of a nacked message.").Default(rmqflow.DefaultErrorBackoffMax.String()),
 			service.NewObjectField("valves",
-				service.NewIntField("max_delivery_attempt").Description("At this delivery attempt (the broker's, or the input's own count of the message's returns when higher) a failing message is given up instead of deferred; lowered to the group's own retry limit when smaller.").Default(rmqflow.DefaultMaxDeliveryAttempt),
-				service.NewIntField("max_defers").Description("After this many deferrals by this input a failing message is given up.").Default(rmqflow.DefaultMaxDefers),
+				service.NewIntField("max_delivery_attempt").Description("Once a failing message's own deliveries (1 + its nacks by this input) reach this, it is given up on instead of deferred; lowered to the deliveries its group allows (retry limit + 1) when smaller, and for a lite message to half of those (rounded up), since the message behind it is delivered again with it.").Default(rmqflow.DefaultMaxDeliveryAttempt),
+				service.NewIntField("max_defers").Description("After this many nacks by this input a failing message is given up on.").Default(rmqflow.DefaultMaxDefers),
 				service.NewDurationField("max_deferred_age").Description("A failing message older than this (since it was sent) is given up.").Default(rmqflow.DefaultMaxDeferredAge.String()),
 				service.NewDurationField("max_defer_duration").Description("The longest single deferral.").Default(rmqflow.DefaultMaxDeferDuration.String()),
-			).Description("Safety valves: when one fires, a message the pipeline keeps failing is logged at ERROR level and acked (dropped) instead of being deferred again.").Advanced(),
+			).Description("Safety valves: when one fires, a message the pipeline keeps failing is given up on instead of being deferred again, and goes where `dead_letter` says (by default the group's dead-letter queue on the broker; never dropped unless `dead_letter.drop` is true).").Advanced(),
+			service.NewObjectField("dead_letter",
+				service.NewStringField("topic").Description("A topic of your own where a message given up on is parked: the input writes a copy (body, tag, keys, properties, plus `"+rmqflow.PropertyDeadLetterOrigin+"`, `"+rmqflow.PropertyDeadLetterLiteTopic+"`, `"+rmqflow.PropertyDeadLetterMessageID+"` and `"+rmqflow.PropertyDeadLetterCause+"` saying where it came from and why) and acks the message once the broker stored the copy; if the write fails the message is kept and tried again later. Empty: the group's dead-letter queue `%DLQ%<group>` on the broker (ForwardMessageToDeadLetterQueue), where it can be read back; on RocketMQ 5.5.0 a lite message in `%DLQ%<group>` is also delivered into its lite topic again (`"+MetaDeadLettered+"` true) and cannot be acked for good, so set a topic to park lite messages for good.").Default(""),
+				service.NewStringField("lite_topic").Description("The lite topic of the copies, when `topic` is a LITE main topic; the original lite topic travels in `"+rmqflow.PropertyDeadLetterLiteTopic+"`.").Default(""),
+				service.NewBoolField("drop").Description("Ack (drop) a message given up on instead of keeping it anywhere: it is lost. Only for messages that are worthless once they kept failing; excludes `topic`.").Default(false),
+			).Description("Where a message goes once a safety valve (`valves`) gave up on it: by default the group's dead-letter queue on the broker; `topic` parks it in a topic of your own; `drop: true` acks it, losing it. Each is logged and counted in the `"+MetricDeadLettered+"` metric (label `to`: `broker-dlq`, `topic`, `left` when it could not be moved and comes back, `dropped`).").Advanced(),
 			service.NewObjectField("fair_share",
 				service.NewBoolField("enabled").Description("Defer a lite topic while it takes more than its share of recent throughput.").Default(false),
 				service.NewDurationField("window").Description("How much recent throughput counts.").Default("10s"),
@@ -123,6 +143,7 @@ type delivery struct {
 type input struct {
 	srcCfg     rmqflow.SourceConfig
 	runCfg     rmqflow.RunnerConfig
+	deadLetter *rmqflow.SinkConfig // dead_letter.topic's sink; nil: none
 	fair       *rmqflow.FairShareConfig
 	batchSize  int
 	manual     bool
@@ -143,6 +164,8 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (service.Batch
 	if err != nil {
 		return nil, err
 	}
+	conn.Logger = slog.New(&logHandler{log: in.log, names: giveUpNames})
+	conn.Meter = newBenthosMeter(mgr.Metrics())
 	c := rmqflow.SourceConfig{Connection: conn}
 	mode, err := conf.FieldString("mode")
 	if err != nil {
@@ -199,6 +222,9 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (service.Batch
 			return nil, err
 		}
 	}
+	if c.Mode == rmqflow.ModeLite && c.MaxMessageNum == 0 {
+		c.MaxMessageNum = defaultLiteMaxMessages
+	}
 	in.srcCfg = c
 
 	r := rmqflow.RunnerConfig{}
@@ -231,6 +257,29 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (service.Batch
 	}
 	if r.ErrorValves.MaxDeferDuration, err = v.FieldDuration("max_defer_duration"); err != nil {
 		return nil, err
+	}
+	dl := conf.Namespace("dead_letter")
+	dlTopic, err := dl.FieldString("topic")
+	if err != nil {
+		return nil, err
+	}
+	dlLite, err := dl.FieldString("lite_topic")
+	if err != nil {
+		return nil, err
+	}
+	drop, err := dl.FieldBool("drop")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case drop && dlTopic != "":
+		return nil, errors.New("dead_letter.drop and dead_letter.topic exclude each other: drop acks (loses) what topic would park")
+	case dlLite != "" && dlTopic == "":
+		return nil, errors.New("dead_letter.lite_topic needs dead_letter.topic (its LITE main topic)")
+	case drop:
+		r.ErrorValves.OnValve = rmqflow.ValveAck
+	case dlTopic != "":
+		in.deadLetter = &rmqflow.SinkConfig{Connection: conn, Topic: dlTopic, LiteTopic: dlLite}
 	}
 	in.runCfg = r
 
@@ -356,18 +405,45 @@ func (in *input) Connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var dlq *rmqflow.Sink
+	if in.deadLetter != nil {
+		// Opened before the source starts: a dead-letter topic the broker
+		// refuses fails Connect before any message is received.
+		if dlq, err = rmqflow.NewSink(ctx, *in.deadLetter); err != nil {
+			err = fmt.Errorf("rocketmq input: dead_letter.topic %s: %w", in.deadLetter.Topic, err)
+			return errors.Join(err, src.Close(context.WithoutCancel(ctx)))
+		}
+		run.SetDeadLetter(rmqflow.DeadLetterToSink[[]byte](dlq))
+	}
+	closeDLQ := func() error {
+		if dlq == nil {
+			return nil
+		}
+		timeout := in.runCfg.ShutdownTimeout
+		if timeout <= 0 {
+			timeout = rmqflow.DefaultShutdownTimeout
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		return dlq.Close(cctx)
+	}
 	// Start here, not in Run: a refusal (unknown group or topic, denied
 	// credentials) is then Connect's error, which Benthos retries with its
 	// backoff; from Run it came back through ReadBatch as ErrNotConnected,
 	// and Benthos reconnected at once, for ever.
 	if err := src.Start(ctx); err != nil {
-		return errors.Join(err, src.Close(context.WithoutCancel(ctx)))
+		return errors.Join(err, src.Close(context.WithoutCancel(ctx)), closeDLQ())
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	in.deliveries, in.closing, in.cancel, in.stopped, in.runErr = ch, closing, cancel, stopped, nil
 	go func() {
 		err := run.Run(rctx)
+		// The runner has returned: every dead-letter write it made was
+		// waited for, and the sink has nothing left to send.
+		if cerr := closeDLQ(); cerr != nil {
+			in.log.Warnf("rocketmq input: closing the dead_letter.topic sink: %v", cerr)
+		}
 		in.mu.Lock()
 		in.runErr = err
 		in.mu.Unlock()
@@ -486,7 +562,7 @@ func (in *input) Close(ctx context.Context) error {
 	}
 	// Run's ctx first: what a handler gives back once it sees closing is
 	// then given back during the shutdown, where no safety valve fires (a
-	// valve firing in between would dead-letter, by default ack, a message
+	// valve firing in between would give up on — by default dead-letter — a message
 	// never worked).
 	cancel()
 	close(closing)

@@ -316,6 +316,18 @@ func TestConfigErrors(t *testing.T) {
 				Lite: []rmqflow.LiteBinding{{Topic: "a", Group: "g", LiteTopics: []string{"x"}}}}})
 			return err
 		}(), "LiteTopics"},
+		{"subscriber with DeadLetter and DeadLetterTopic", func() error {
+			_, err := rmqwatermill.NewSubscriber(rmqwatermill.SubscriberConfig{Source: rmqflow.SourceConfig{Connection: conn,
+				Lite: []rmqflow.LiteBinding{{Topic: "a", Group: "g"}}}, DeadLetterTopic: "parked",
+				DeadLetter: func(context.Context, *message.Message, error) error { return nil }})
+			return err
+		}(), "DeadLetterTopic"},
+		{"subscriber dropping what it would park", func() error {
+			_, err := rmqwatermill.NewSubscriber(rmqwatermill.SubscriberConfig{Source: rmqflow.SourceConfig{Connection: conn,
+				Lite: []rmqflow.LiteBinding{{Topic: "a", Group: "g"}}}, DeadLetterTopic: "parked",
+				Valves: rmqflow.ThrottleConfig{OnValve: rmqflow.ValveAck}})
+			return err
+		}(), "OnValve"},
 		{"subscriber simple without group", func() error {
 			_, err := rmqwatermill.NewSubscriber(rmqwatermill.SubscriberConfig{Source: rmqflow.SourceConfig{Connection: conn, Mode: rmqflow.ModeSimple}})
 			return err

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/client"
 )
 
 // Defaults of SubscriberConfig.
@@ -18,6 +20,14 @@ const (
 	DefaultNackBackoff    = 100 * time.Millisecond
 	DefaultNackBackoffMax = 10 * time.Second
 	DefaultCloseTimeout   = 30 * time.Second
+	// DefaultLiteMaxMessageNum is SubscriberConfig.Source.MaxMessageNum in
+	// lite mode when it is zero: a subscription receives its lite topic's
+	// next message only once the one before was acked. A message received
+	// behind one the handler nacks is delivered again with it, spending one
+	// of the deliveries its group allows although it did not fail; with 1
+	// no message ever waits behind another, and a message is delivered again
+	// only for its own nacks.
+	DefaultLiteMaxMessageNum = 1
 )
 
 // closeTimeout bounds Publisher.Close.
@@ -26,6 +36,12 @@ const closeTimeout = DefaultCloseTimeout
 // ErrNacked is the cause the Subscriber reports for a message its handler
 // nacked (for instance to DeadLetter, once a valve fired).
 var ErrNacked = errors.New("rmqwatermill: the handler nacked the message")
+
+// ErrWildcardGroup is in the error of a Subscribe in lite mode that the
+// broker refused because the group is a wildcard lite group: a wildcard
+// group takes no lite subscriptions, and each Watermill subscription
+// subscribes the one lite topic it names.
+var ErrWildcardGroup = errors.New("this group is a wildcard lite group: use an exact one (lite.bind.topic without lite.sub.wildcard=true) or leave Lite subscriptions out (read the whole main topic with an rmqflow.Source instead)")
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
@@ -47,16 +63,38 @@ type SubscriberConfig struct {
 	NackBackoff    time.Duration
 	NackBackoffMax time.Duration
 	// Valves bound the nacks of one message (rmqflow.ThrottleConfig, with
-	// its defaults: 16 nacks by this subscription, the group's delivery
-	// limit, 24 h of age). When one fires the message goes to DeadLetter.
+	// its defaults: 16 nacks by this subscription, at most the deliveries
+	// its group allows — half of them in lite mode —, 24 h of age), judged by
+	// the message's own nacks only. When one fires the message is given up
+	// on, and it goes, in this order: to DeadLetter if set; to
+	// DeadLetterTopic if set; else where Valves.OnValve says —
+	// rmqflow.ValveDeadLetterQueue (the zero value, the default) moves it
+	// to the group's dead-letter queue on the broker, %DLQ%<group>, and
+	// rmqflow.ValveAck acks it: it is dropped, the only choice that loses it.
+	// Either way it is logged (its handle, never its body) and counted in
+	// rmqflow.runner.dead_lettered (Source.Connection.Meter). A Router's
+	// PoisonQueue middleware usually takes failing messages long before.
 	Valves rmqflow.ThrottleConfig
-	// DeadLetter parks a message a valve gave up on; returning nil acks it,
-	// an error keeps it (it is tried again after NackBackoffMax). Unset, such
-	// a message is logged and acked: it is dropped. A Router's PoisonQueue
-	// middleware usually takes such messages long before. A delivery the
-	// Unmarshaler fails on is deferred like a nacked one (it never reaches
-	// the handler) and reaches DeadLetter raw: its body, its RocketMQ message
-	// id as UUID, and the error in MetaUnmarshalError.
+	// DeadLetterTopic parks a message a valve gave up on in a Watermill
+	// topic of your own (rmqflow.DeadLetterToSink): a lite topic of
+	// Source.Lite[0].Topic in lite mode, a RocketMQ topic in simple mode,
+	// which Subscribe reads back. The copy keeps the body, tag, keys and
+	// properties (so the UUID and metadata), plus where it came from and why
+	// (rmqflow.PropertyDeadLetterOrigin, PropertyDeadLetterLiteTopic,
+	// PropertyDeadLetterMessageID, PropertyDeadLetterCause, as metadata); the
+	// message is acked once the broker stored the copy, and kept (tried
+	// again after NackBackoffMax) if the write fails. Empty: see Valves. On
+	// RocketMQ 5.5.0 a lite message in %DLQ%<group> is also delivered into
+	// its lite topic again (MetaDeadLettered "true") and cannot be acked for
+	// good: set DeadLetterTopic (or DeadLetter) to park lite messages for
+	// good.
+	DeadLetterTopic string
+	// DeadLetter parks a message a valve gave up on in a place of your
+	// own; returning nil acks it, an error keeps it (it is tried again after
+	// NackBackoffMax). A delivery the Unmarshaler fails on is deferred like
+	// a nacked one (it never reaches the handler) and reaches DeadLetter
+	// (or DeadLetterTopic) raw: its body, its RocketMQ message id as UUID,
+	// and the error in MetaUnmarshalError. Unset: see Valves.
 	DeadLetter func(ctx context.Context, msg *message.Message, cause error) error
 	// CloseTimeout bounds how long Close (or the end of a Subscribe's ctx)
 	// waits for a handed-out message's Ack or Nack; then it is released to
@@ -67,6 +105,9 @@ type SubscriberConfig struct {
 }
 
 func (c SubscriberConfig) withDefaults() SubscriberConfig {
+	if c.Source.Mode == rmqflow.ModeLite && c.Source.MaxMessageNum == 0 {
+		c.Source.MaxMessageNum = DefaultLiteMaxMessageNum
+	}
 	if c.NackBackoff == 0 {
 		c.NackBackoff = DefaultNackBackoff
 	}
@@ -106,8 +147,21 @@ func (c SubscriberConfig) validate() error {
 		return errors.New("rmqwatermill: NackBackoff and NackBackoffMax must not be negative")
 	case c.CloseTimeout < 0:
 		return errors.New("rmqwatermill: CloseTimeout must not be negative")
+	case c.DeadLetter != nil && c.DeadLetterTopic != "":
+		return errors.New("rmqwatermill: SubscriberConfig.DeadLetter and DeadLetterTopic exclude each other: set one place to park messages")
+	case c.Valves.OnValve == rmqflow.ValveAck && (c.DeadLetter != nil || c.DeadLetterTopic != ""):
+		return errors.New("rmqwatermill: SubscriberConfig.Valves.OnValve ValveAck drops the messages that DeadLetter or DeadLetterTopic would park: set one")
 	}
 	return nil
+}
+
+// deadLetterSink is the sink configuration of DeadLetterTopic.
+func (c SubscriberConfig) deadLetterSink() rmqflow.SinkConfig {
+	sc := rmqflow.SinkConfig{Connection: c.Source.Connection, Topic: c.DeadLetterTopic}
+	if c.Source.Mode == rmqflow.ModeLite {
+		sc.Topic, sc.LiteTopic = c.Source.Lite[0].Topic, c.DeadLetterTopic
+	}
+	return sc
 }
 
 // Subscriber is a Watermill message.Subscriber over rmqflow: each Subscribe
@@ -125,6 +179,9 @@ type Subscriber struct {
 	closed  bool
 	closing chan struct{}
 	subs    sync.WaitGroup
+
+	dlqMu sync.Mutex
+	dlq   *rmqflow.Sink // DeadLetterTopic's, opened by the first Subscribe
 }
 
 // NewSubscriber checks cfg and returns a subscriber; each Subscribe connects.
@@ -177,6 +234,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	} else {
 		sc.Topic = topic
 	}
+	sc.Connection.Logger = slog.New(namesHandler{logger(sc.Connection).Handler()})
 	src, err := rmqflow.NewSource(sc, rmqflow.BytesDecoder())
 	if err != nil {
 		return nil, fmt.Errorf("rmqwatermill: subscribe %s: %w", topic, err)
@@ -195,6 +253,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		_ = src.Close(context.Background())
 		return nil, fmt.Errorf("rmqwatermill: subscribe %s: %w", topic, err)
 	}
+	if s.cfg.DeadLetterTopic != "" {
+		dlq, err := s.deadLetterSink(ctx)
+		if err != nil {
+			beginClose()
+			_ = src.Close(context.Background())
+			return nil, fmt.Errorf("rmqwatermill: subscribe %s: DeadLetterTopic %s: %w", topic, s.cfg.DeadLetterTopic, err)
+		}
+		run.SetDeadLetter(rmqflow.DeadLetterToSink[[]byte](dlq))
+	}
 	if dl := s.cfg.DeadLetter; dl != nil {
 		run.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[[]byte], cause error) error {
 			msg, err := s.cfg.Unmarshaler.Unmarshal(m)
@@ -210,6 +277,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err := src.Start(ctx); err != nil {
 		beginClose()
 		_ = src.Close(context.Background())
+		var se *client.StatusError
+		if sc.Mode == rmqflow.ModeLite && errors.As(err, &se) && se.Op == "SyncLiteSubscription" && se.Code == client.CodeInternalServerError {
+			// RocketMQ 5.5.0's answer to a lite subscription in a wildcard
+			// group ("subscribe lite operation is not supported for this
+			// group": ILLEGAL_OPERATION on the broker).
+			return nil, fmt.Errorf("rmqwatermill: subscribe %s: group %s: %w: %w", topic, sc.Lite[0].Group, ErrWildcardGroup, err)
+		}
 		return nil, fmt.Errorf("rmqwatermill: subscribe %s: %w", topic, err)
 	}
 	started = true
@@ -282,7 +356,62 @@ func (s *Subscriber) Close() error {
 	close(s.closing)
 	s.mu.Unlock()
 	s.subs.Wait()
+	// Every subscription has ended, and with it every write to the
+	// dead-letter topic (a dead-letter function returns once its write did).
+	s.dlqMu.Lock()
+	defer s.dlqMu.Unlock()
+	if s.dlq != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CloseTimeout)
+		defer cancel()
+		return s.dlq.Close(ctx)
+	}
 	return nil
+}
+
+// deadLetterSink returns the sink of DeadLetterTopic, opening it the first
+// time; a failed opening is tried again by the next call.
+func (s *Subscriber) deadLetterSink(ctx context.Context) (*rmqflow.Sink, error) {
+	s.dlqMu.Lock()
+	defer s.dlqMu.Unlock()
+	if s.dlq == nil {
+		sink, err := rmqflow.NewSink(ctx, s.cfg.deadLetterSink())
+		if err != nil {
+			return nil, err
+		}
+		s.dlq = sink
+	}
+	return s.dlq, nil
+}
+
+// giveUpNames turns the Go names in rmqflow's give-up log lines into the
+// Subscriber's: a subscriber's user does not hold its Runner.
+var giveUpNames = strings.NewReplacer(
+	"Runner.SetDeadLetter", "SubscriberConfig.DeadLetterTopic (or DeadLetter)",
+	"ErrorValves.OnValve = ValveAck", "SubscriberConfig.Valves.OnValve = rmqflow.ValveAck",
+)
+
+// namesHandler writes its records with giveUpNames applied to their
+// messages.
+type namesHandler struct{ slog.Handler }
+
+func (h namesHandler) Handle(ctx context.Context, r slog.Record) error {
+	if msg := giveUpNames.Replace(r.Message); msg != r.Message {
+		n := slog.NewRecord(r.Time, r.Level, msg, r.PC)
+		r.Attrs(func(a slog.Attr) bool {
+			n.AddAttrs(a)
+			return true
+		})
+		r = n
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h namesHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return namesHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h namesHandler) WithGroup(name string) slog.Handler {
+	return namesHandler{h.Handler.WithGroup(name)}
 }
 
 func logger(c rmqflow.Connection) *slog.Logger {
