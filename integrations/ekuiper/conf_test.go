@@ -155,10 +155,17 @@ func TestParseSink(t *testing.T) {
 	}
 }
 
-// fakeAcker records what a ledger acks, releases and leaves.
+// fakeAcker records what a ledger acks, releases and leaves, and the
+// messages it gives back charged with a failure of their own (own).
 type fakeAcker struct {
-	mu                sync.Mutex
-	acked, back, left []string
+	mu                     sync.Mutex
+	acked, back, left, own []string
+}
+
+func (f *fakeAcker) failedOwn(_ context.Context, h rmqflow.ReceiptHandle) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.own = append(f.own, h.MessageID)
 }
 
 func (f *fakeAcker) ackAll(_ context.Context, hs []rmqflow.ReceiptHandle) []error {

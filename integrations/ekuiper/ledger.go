@@ -66,10 +66,24 @@ type ackerLike interface {
 	ackAll(ctx context.Context, hs []rmqflow.ReceiptHandle) []error
 	Release(ctx context.Context, h rmqflow.ReceiptHandle) error
 	Leave(h rmqflow.ReceiptHandle)
+	// failedOwn gives back a message whose rows failed: left to come
+	// back, or, once its valve fired, sent where on-valve says (valve.go).
+	failedOwn(ctx context.Context, h rmqflow.ReceiptHandle)
 }
 
-// rmqAcker is the source's Acker as a ledger uses it.
-type rmqAcker struct{ *rmqflow.Acker }
+// rmqAcker is the source's Acker, and its valve, as a ledger uses them.
+type rmqAcker struct {
+	*rmqflow.Acker
+	v *valve // nil: a failed message is left, whatever its count
+}
+
+func (a rmqAcker) failedOwn(ctx context.Context, h rmqflow.ReceiptHandle) {
+	if a.v == nil {
+		a.Leave(h)
+		return
+	}
+	a.v.failed(ctx, a.Acker, h)
+}
 
 // ackAll sends the acks at once (the ack pool batches them) and waits for
 // them all, whatever ctx says: an ack once sent is worth its answer.
@@ -291,12 +305,25 @@ func (l *ledger) delivered(ctx context.Context, sink string, seq int64) error {
 }
 
 // failed gives back every message with a row up to seq that is not settled
-// yet: the rows of the failed call, the rows a window folded into them, and
-// the rows the SQL dropped since the last delivery. They are not given back
-// at once: their lease ends and each comes back when its invisibility does,
-// so that the broker counts the attempt and a message that keeps failing
-// ends in the group's dead-letter queue instead of looping.
-func (l *ledger) failed(seq int64) int {
+// yet. They are not given back at once: their lease ends and each comes back
+// when its invisibility does. They are not charged with a failure of their
+// own (the run cannot tell which of them failed): failedOwn is for a sink
+// call that failed.
+func (l *ledger) failed(seq int64) int { return l.giveBack(context.Background(), seq, false) }
+
+// failedOwn is failed for an acking sink's call that failed on rows up to
+// seq: it gives back the rows of the failed call, the rows a window folded
+// into them, and the rows the SQL dropped since the last delivery, and
+// charges each of their messages with a failed delivery of its own. A
+// message that keeps failing is not returned for ever: once its own
+// failures reach its valve it is moved to the group's dead-letter queue
+// (or acked, if on-valve says so: valve.go) — before the broker's count,
+// which also grows for the messages delivered again behind it, would take
+// them there too. A dead-lettered copy is only left (nothing removes it).
+func (l *ledger) failedOwn(ctx context.Context, seq int64) int { return l.giveBack(ctx, seq, true) }
+
+// giveBack is failed and failedOwn.
+func (l *ledger) giveBack(ctx context.Context, seq int64, own bool) int {
 	l.mu.Lock()
 	var back []*heldMsg
 	for _, r := range l.rows {
@@ -314,7 +341,11 @@ func (l *ledger) failed(seq int64) int {
 	l.mu.Unlock()
 	if acker != nil {
 		for _, m := range back {
-			acker.Leave(m.h)
+			if own && !m.dead {
+				acker.failedOwn(ctx, m.h)
+			} else {
+				acker.Leave(m.h)
+			}
 		}
 	}
 	return len(back)

@@ -393,7 +393,7 @@ func (a *ackPart) settle(ctx context.Context, rows []map[string]any, failure err
 		return nil
 	}
 	if failure != nil {
-		a.led.failed(top)
+		a.led.failedOwn(ctx, top)
 		return failure
 	}
 	if err := a.led.delivered(ctx, a.name, top); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,10 @@ type sourceConf struct {
 	splitJSON bool
 	// throttle, when set, defers over-share lite topics before ingest.
 	throttle *rmqflow.FairShareConfig
+	// maxAttempt and onValve are the safety valve of the messages whose
+	// rows keep failing (and of the throttle's deferrals): valve.go.
+	maxAttempt int32
+	onValve    rmqflow.ValveAction
 }
 
 // DefaultIdleAck is the default idle-ack.
@@ -155,6 +160,13 @@ func parseSource(m map[string]any) (sourceConf, []string, error) {
 		// Rows wait for their rule's sinks: keep them invisible meanwhile.
 		sc.Leases = rmqflow.LeaseConfig{Enabled: true, MaxExtension: c.maxAge}
 	}
+	c.maxAttempt = rmqflow.DefaultMaxDeliveryAttempt
+	if n := p.integer("max-delivery-attempt"); n < 0 || n > math.MaxInt32 {
+		p.fail("max-delivery-attempt", "want 1 or more (0 for the default, %d), got %d", rmqflow.DefaultMaxDeliveryAttempt, n)
+	} else if n > 0 {
+		c.maxAttempt = int32(n)
+	}
+	c.onValve = parseOnValve(p)
 	format := strings.ToLower(p.str("format"))
 	c.splitJSON = format == "" || format == "json"
 	if p.boolean("throttle") {
@@ -189,13 +201,17 @@ type source struct {
 	sch    api.StatusChangeHandler
 	cancel context.CancelFunc
 	done   chan struct{}
+	log    api.Logger
+	// group is what the broker said of the consumer group, once asked.
+	group *groupInfo
 }
 
-// session is one rmqflow source and its throttle; a permanent receive error
-// ends it and the source opens another.
+// session is one rmqflow source, its throttle and its valve; a permanent
+// receive error ends it and the source opens another.
 type session struct {
 	src *rmqflow.Source[[]byte]
 	th  *rmqflow.Throttle[[]byte]
+	v   *valve
 }
 
 // NewSource returns a new "rocketmq" source (modules.RegisterSource).
@@ -227,6 +243,7 @@ const ruleCheckTimeout = time.Minute
 // (rmqflow-sql sets one) starts it again.
 func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) error {
 	sch(api.ConnectionConnecting, "")
+	s.log = ctx.GetLogger()
 	fail := func(err error) error {
 		sch(api.ConnectionDisconnected, err.Error())
 		return err
@@ -270,7 +287,7 @@ func (s *source) Connect(ctx api.StreamContext, sch api.StatusChangeHandler) err
 	var led *ledger
 	if s.conf.ackMode == AckSink {
 		led = ledgerOf(ledgerKey{ctx.GetRuleId(), ctx.GetRunId()})
-		if err := led.attach(s, rmqAcker{sess.src.Acker()}, s.sinks); err != nil {
+		if err := led.attach(s, rmqAcker{sess.src.Acker(), sess.v}, s.sinks); err != nil {
 			sess.close(ctx)
 			return fail(err)
 		}
@@ -296,31 +313,38 @@ func (s *source) heldBack(ctx context.Context, def ruleDef) (string, error) {
 			return "", nil
 		}
 	}
-	conn := s.conf.src.Connection
-	c, err := client.New(client.Config{Endpoints: conn.Endpoints, Namespace: conn.Namespace, Credentials: conn.Credentials,
-		TLS: conn.TLS, RequestTimeout: conn.RequestTimeout})
-	if err != nil {
-		return "", err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = c.Close(cctx)
-	}()
-	sess, err := c.OpenSession(ctx, client.SessionConfig{Type: client.SimpleConsumer, Group: s.conf.src.Group,
-		Subscriptions: []client.Subscription{{Topic: s.conf.src.Topic, Filter: s.conf.src.Filter}}})
+	g, err := s.groupOf(ctx)
 	if err != nil {
 		return "", fmt.Errorf("rocketmq: asking whether group %s is a FIFO group: %w", s.conf.src.Group, err)
 	}
-	fifo := sess.Settings().GetSubscription().GetFifo()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	_ = sess.Close(cctx)
-	return heldBack(s.conf, fifo), nil
+	return heldBack(s.conf, g.fifo), nil
 }
 
-// open starts an rmqflow source (and its throttle).
+// groupOf is what the broker says of the source's consumer group, asked
+// once (askGroup).
+func (s *source) groupOf(ctx context.Context) (groupInfo, error) {
+	if s.group != nil {
+		return *s.group, nil
+	}
+	g, err := s.askGroup(ctx)
+	if err != nil {
+		return g, err
+	}
+	s.group = &g
+	return g, nil
+}
+
+// open starts an rmqflow source (and its throttle), with the valve of its
+// messages.
 func (s *source) open(ctx context.Context) (*session, error) {
+	v := &valve{maxAttempt: s.conf.maxAttempt, onValve: s.conf.onValve, returns: ownReturns, log: s.log}
+	if g, err := s.groupOf(ctx); err != nil {
+		// The broker's own limit may then dead-letter a message delivered
+		// again behind its lite topic's head before the valve fires.
+		s.log.Warnf("rocketmq source: the group's retry limit is unknown (%v): a failing message is given up on after max-delivery-attempt %d own deliveries", err, s.conf.maxAttempt)
+	} else {
+		v.groupMax, v.fifo = g.maxAttempts, g.fifo
+	}
 	src, err := rmqflow.NewSource(s.conf.src, rmqflow.BytesDecoder())
 	if err != nil {
 		return nil, err
@@ -329,11 +353,14 @@ func (s *source) open(ctx context.Context) (*session, error) {
 		_ = src.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	sess := &session{src: src}
+	sess := &session{src: src, v: v}
 	if s.conf.throttle != nil {
 		policy, err := rmqflow.FairShare[[]byte](*s.conf.throttle)
 		if err == nil {
-			sess.th, err = rmqflow.NewThrottle(src.Acker(), policy, rmqflow.ThrottleConfig{})
+			// Its own valves are a backstop: the source asks its valve
+			// first, which counts the throttle's deferrals and the rule's
+			// failures alike (run). A valve that fires admits.
+			sess.th, err = rmqflow.NewThrottle(src.Acker(), policy, rmqflow.ThrottleConfig{MaxDeliveryAttempt: s.conf.maxAttempt})
 		}
 		if err != nil {
 			sess.close(ctx)
@@ -401,13 +428,18 @@ func (s *source) run(ctx context.Context, sctx api.StreamContext, ingest api.Byt
 			}
 			continue
 		}
-		if sess.th != nil {
+		// The throttle may defer a message only while its valve lets it
+		// be returned once more; a message it may not is ingested.
+		if sess.th != nil && !sess.v.fired(m.Handle) {
 			admitted, err := sess.th.Admit(ctx, m)
 			if err != nil {
 				sctx.GetLogger().Warnf("rocketmq source: throttle: %v", err)
 			}
 			if !admitted {
-				continue // deferred on the broker: it comes back later
+				if err == nil {
+					sess.v.returned(m.Handle) // deferred on the broker: it comes back later
+				}
+				continue
 			}
 		}
 		s.ingest(ctx, sctx, sess, m, ingest)
@@ -433,7 +465,7 @@ func (s *source) reopen(ctx context.Context, sctx api.StreamContext, sess *sessi
 		}
 		next, err := s.open(ctx)
 		if err == nil && s.led != nil {
-			if err = s.led.attach(s, rmqAcker{next.src.Acker()}, s.sinks); err != nil {
+			if err = s.led.attach(s, rmqAcker{next.src.Acker(), next.v}, s.sinks); err != nil {
 				next.close(ctx)
 			}
 		}
@@ -480,14 +512,19 @@ func (s *source) ingest(ctx context.Context, sctx api.StreamContext, sess *sessi
 }
 
 // malformed handles a payload that is not JSON in a JSON stream: eKuiper
-// would drop it and a later delivery would ack it, so in ack-mode sink it is
-// left to come back (and to end in the dead-letter queue); in ack-mode ingest
-// it is acked and dropped.
+// would drop it and a later delivery would ack it, so in ack-mode sink it
+// fails as a row would: it is left to come back, and once its valve fired
+// it goes where on-valve says (the dead-letter queue by default); in
+// ack-mode ingest it is acked and dropped.
 func (s *source) malformed(ctx context.Context, sctx api.StreamContext, sess *session, m *rmqflow.AckableMessage[[]byte]) {
 	switch s.conf.ackMode {
 	case AckSink:
-		sess.src.Acker().Leave(m.Handle)
-		sctx.GetLogger().Warnf("rocketmq source: message %s (attempt %d) is not a JSON object or array of objects: left to come back and dead-letter",
+		if m.Meta.DeadLettered() {
+			sess.src.Acker().Leave(m.Handle) // nothing removes it
+		} else {
+			sess.v.failed(ctx, sess.src.Acker(), m.Handle)
+		}
+		sctx.GetLogger().Warnf("rocketmq source: message %s (attempt %d) is not a JSON object or array of objects: left to come back until its valve fires (max-delivery-attempt, on-valve)",
 			m.Meta.MessageID, m.Meta.DeliveryAttempt)
 	case AckIngest:
 		_ = sess.src.Acker().Ack(ctx, m.Handle)

@@ -203,6 +203,7 @@ func (tg *target) inStats() rmqfake.Counts { return tg.fake.Stats().Groups[tg.in
 
 // outRow is one message the rules wrote, as read back.
 type outRow struct {
+	topic   string // the message's topic: %DLQ%<group> for a dead-lettered copy
 	lite    string
 	body    map[string]any
 	attempt int32
@@ -264,7 +265,7 @@ func (tg *target) read(t *testing.T, topic, group string, ack bool) *reader {
 				continue
 			}
 			r.mu.Lock()
-			r.rows = append(r.rows, outRow{lite: m.Meta.LiteTopic, body: body, attempt: m.Meta.DeliveryAttempt,
+			r.rows = append(r.rows, outRow{topic: m.Meta.Topic, lite: m.Meta.LiteTopic, body: body, attempt: m.Meta.DeliveryAttempt,
 				tag: m.Meta.Tag, keys: m.Meta.Keys, props: m.Meta.Properties})
 			r.mu.Unlock()
 		}
