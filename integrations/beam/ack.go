@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,13 @@ type AckFailure struct {
 	LiteTopic      string
 	Error          string
 	OutcomeUnknown bool
+	// DeadLettered: the message is a copy read from its group's dead-letter
+	// topic (%DLQ%<group>, its Topic). On RocketMQ 5.5.0 a lite message's
+	// copy cannot be acked (the broker refuses it) and comes back after its
+	// invisibility whatever is done: it was given up on, by a valve (Retry)
+	// or by the broker's own retry limit; park it where you keep such
+	// messages (docs/beam.md).
+	DeadLettered bool
 }
 
 // Ack acks every message of col (by its Handle) through the worker's ack
@@ -104,6 +112,7 @@ var (
 type pendingAck struct {
 	at                   beam.EventTime
 	id, topic, liteTopic string
+	dead                 bool
 	f                    *rmqflow.AckFuture
 }
 
@@ -123,7 +132,7 @@ func (b *bundleAcks) add(ctx context.Context, at beam.EventTime, handle []byte, 
 		return &who
 	}
 	b.pending = append(b.pending, pendingAck{at: at, id: h.MessageID, topic: h.Topic, liteTopic: h.LiteTopic,
-		f: b.pool.AckAsync(context.WithoutCancel(ctx), h)})
+		dead: who.DeadLettered || strings.HasPrefix(h.Topic, "%DLQ%"), f: b.pool.AckAsync(context.WithoutCancel(ctx), h)})
 	return nil
 }
 
@@ -139,7 +148,7 @@ func (b *bundleAcks) finish(ctx context.Context, emit func(beam.EventTime, AckFa
 			if err := p.f.Err(); err != nil {
 				ackFailures.Inc(ctx, 1)
 				emit(p.at, AckFailure{MessageID: p.id, Topic: p.topic, LiteTopic: p.liteTopic, Error: err.Error(),
-					OutcomeUnknown: errors.Is(err, rmqflow.ErrAckOutcomeUnknown)})
+					OutcomeUnknown: errors.Is(err, rmqflow.ErrAckOutcomeUnknown), DeadLettered: p.dead})
 			} else {
 				messagesAcked.Inc(ctx, 1)
 			}
@@ -174,7 +183,7 @@ func (fn *ackFn) StartBundle(_ context.Context, _ func(beam.EventTime, AckFailur
 }
 
 func (fn *ackFn) ProcessElement(ctx context.Context, at beam.EventTime, m AckableMessage, emit func(beam.EventTime, AckFailure)) {
-	if f := fn.acks.add(ctx, at, m.Handle, AckFailure{MessageID: m.MessageID, Topic: m.Topic, LiteTopic: m.LiteTopic}); f != nil {
+	if f := fn.acks.add(ctx, at, m.Handle, AckFailure{MessageID: m.MessageID, Topic: m.Topic, LiteTopic: m.LiteTopic, DeadLettered: m.DeadLettered}); f != nil {
 		emit(at, *f)
 	}
 }

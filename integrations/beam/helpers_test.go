@@ -176,12 +176,17 @@ func duplicates(got map[string]int) int {
 	return d
 }
 
-// failureID is an AckFailure's message id (marked when it has no error).
+// failureID is an AckFailure's message id (marked when it has no error, and
+// when it is a dead-lettered copy).
 func failureID(f AckFailure) string {
+	id := f.MessageID
 	if f.Error == "" {
-		return f.MessageID + " without an error"
+		id += " without an error"
 	}
-	return f.MessageID
+	if f.DeadLettered {
+		id += " dead-lettered"
+	}
+	return id
 }
 
 // answerOf is the record answering m, carrying m's handle.

@@ -96,6 +96,15 @@ func TestConfigErrors(t *testing.T) {
 		"throttle attempts": {func(s beam.Scope) {
 			Throttle(s, ThrottleConfig{AckConfig: AckConfig{Connection: conn}, MaxDefers: -1}, beam.Create(s, AckableMessage{}))
 		}, "MaxDefers"},
+		"retry backoff": {func(s beam.Scope) {
+			Retry(s, RetryConfig{AckConfig: AckConfig{Connection: conn}, Backoff: -1}, beam.Create(s, AckableMessage{}))
+		}, "Backoff"},
+		"retry backoff max": {func(s beam.Scope) {
+			Retry(s, RetryConfig{AckConfig: AckConfig{Connection: conn}, BackoffMax: 13 * time.Hour}, beam.Create(s, AckableMessage{}))
+		}, "BackoffMax"},
+		"retry on valve": {func(s beam.Scope) {
+			Retry(s, RetryConfig{AckConfig: AckConfig{Connection: conn}, OnValve: 7}, beam.Create(s, AckableMessage{}))
+		}, "OnValve"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -358,7 +367,8 @@ func TestThrottleDefersTheHotLiteTopic(t *testing.T) {
 // TestAckFailuresAreACollection: the messages Ack cannot ack come out of it
 // as AckFailure elements, each naming its message: a handle that does not
 // decode, one for another endpoint (never sent: the pool acks only at its
-// own), and one the broker refuses.
+// own), one the broker refuses, and a copy from the dead-letter topic the
+// broker refuses, marked DeadLettered.
 func TestAckFailuresAreACollection(t *testing.T) {
 	eachTarget(t, func(t *testing.T, tg target) {
 		closeReaders(t)
@@ -373,15 +383,18 @@ func TestAckFailuresAreACollection(t *testing.T) {
 			LiteTopic: "l", MessageID: "01BOGUS", Handle: "not-a-handle", DeliveryAttempt: 1}
 		elsewhere := bogus
 		elsewhere.Endpoints, elsewhere.MessageID = "127.0.0.1:1", "01ELSEWHERE"
+		copied := bogus
+		copied.Topic, copied.MessageID = "%DLQ%rmqflow-beam-d-g", "01DLQCOPY"
 		in := []AckableMessage{
 			{MessageID: "01UNDECODABLE", Handle: []byte{0xff, 0x00}},
 			{MessageID: "01ELSEWHERE", Handle: handle(elsewhere)},
 			{MessageID: "01BOGUS", Handle: handle(bogus)},
+			{MessageID: "01DLQCOPY", Topic: copied.Topic, DeadLettered: true, Handle: handle(copied)},
 		}
 		p, s := beam.NewPipelineWithRoot()
 		failures := Ack(s, AckConfig{Connection: tg.conn()}, beam.CreateList(s, in))
 		ids := beam.ParDo(s, failureID, failures)
-		passert.Equals(s, ids, "01UNDECODABLE", "01ELSEWHERE", "01BOGUS")
+		passert.Equals(s, ids, "01UNDECODABLE", "01ELSEWHERE", "01BOGUS", "01DLQCOPY dead-lettered")
 		if err := ptest.Run(p); err != nil {
 			t.Fatal(err)
 		}

@@ -23,7 +23,11 @@ type ThrottleConfig struct {
 	MinCount int
 	Defer    time.Duration
 	// Valves (rmqflow.ThrottleConfig; zero takes its defaults): once one
-	// fires, the message is let through instead of deferred again.
+	// fires, the message is let through instead of deferred again — never
+	// acked. A message is judged by its own returns (Throttle's and Retry's
+	// deferrals of it in the worker), and MaxDeliveryAttempt is lowered to
+	// the group's own limit and, for a lite message, to half of it: see
+	// valve.go and docs/beam.md.
 	MaxDeliveryAttempt int32
 	MaxDefers          int
 	MaxDeferredAge     time.Duration
@@ -109,11 +113,13 @@ func (fn *throttleFn) Setup() error {
 
 // ProcessElement emits m when the throttle admits it. A message the throttle
 // defers, or fails to defer, is not emitted: it comes back from the broker.
-// A dead-lettered message, and one whose handle does not decode (Ack will
-// report it), pass unthrottled.
+// A dead-lettered message, one whose handle does not decode (Ack will
+// report it), and one whose valve fired (it may not be returned once more)
+// pass unthrottled.
 func (fn *throttleFn) ProcessElement(ctx context.Context, m AckableMessage, emit func(AckableMessage)) error {
 	h, err := m.ReceiptHandle()
-	if err != nil || m.DeadLettered {
+	if err != nil || m.DeadLettered ||
+		ownDeliveries(h, m.MessageGroup, m.DeliveryAttempt) >= valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt) {
 		messagesAdmitted.Inc(ctx, 1)
 		emit(m)
 		return nil
@@ -130,6 +136,7 @@ func (fn *throttleFn) ProcessElement(ctx context.Context, m AckableMessage, emit
 		return nil
 	}
 	if err == nil {
+		ownReturns.add(h)
 		messagesDeferred.Inc(ctx, 1)
 	} else {
 		// Not deferred: the message comes back when its invisibility ends.

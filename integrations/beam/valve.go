@@ -1,0 +1,184 @@
+package rmqio
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
+
+	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/client"
+)
+
+// Safety valves judge a message by its own returns: Throttle's deferrals of
+// it and Retry's, counted in the worker process by consumer group and
+// message id (ownReturns). A message delivered again only because an
+// earlier one of its lite topic came back (the broker hands a lite topic out
+// in batches, and a successor acked behind an unacked message comes back
+// with it: docs/broker-semantics.md, scenario o) is not charged for that,
+// nor is its broker delivery attempt read, which grows with its lite
+// topic's head. Once a message's own delivery count (its returns + 1)
+// reaches its limit, Throttle admits it instead of deferring it, and Retry
+// gives up on it (RetryConfig.OnValve).
+//
+// The limit is MaxDeliveryAttempt, lowered to the group's own limit (its
+// retry limit + 1 deliveries, read from the broker's settings answer, once
+// per group and worker) and, for a lite message, to half of that, rounded
+// up: its successors come back with it every time it does and spend the
+// group's budget with it, so it must leave first (rmqflow's rule:
+// rmqflow.ThrottleConfig).
+
+// ownReturns counts the returns of messages in this worker process.
+var ownReturns = &returnCounts{max: rmqflow.DefaultDeferTrackerCapacity, m: map[string]int{}}
+
+// returnCounts counts returns per consumer group and message id,
+// forgetting the oldest beyond max.
+type returnCounts struct {
+	mu    sync.Mutex
+	max   int
+	m     map[string]int
+	order []string // keys, oldest first (with forgotten ones, skipped)
+}
+
+func returnKey(h rmqflow.ReceiptHandle) string { return h.Group + "\x00" + h.MessageID }
+
+func (r *returnCounts) count(h rmqflow.ReceiptHandle) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[returnKey(h)]
+}
+
+func (r *returnCounts) add(h rmqflow.ReceiptHandle) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := returnKey(h)
+	if _, ok := r.m[k]; !ok {
+		r.order = append(r.order, k)
+	}
+	r.m[k]++
+	for len(r.m) > r.max && len(r.order) > 0 {
+		delete(r.m, r.order[0])
+		r.order = r.order[1:]
+	}
+	if len(r.order) > 2*r.max { // compact the forgotten keys
+		kept := make([]string, 0, len(r.m))
+		for _, k := range r.order {
+			if _, ok := r.m[k]; ok {
+				kept = append(kept, k)
+			}
+		}
+		r.order = kept
+	}
+}
+
+func (r *returnCounts) forget(h rmqflow.ReceiptHandle) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, returnKey(h))
+}
+
+// ordered reports whether the broker hands h's message out behind the
+// earlier ones of its lite topic (or message group).
+func ordered(h rmqflow.ReceiptHandle, messageGroup string) bool {
+	return h.LiteTopic != "" || messageGroup != ""
+}
+
+// ownDeliveries is a message's own delivery count: its returns + 1, or,
+// outside any order, its broker attempt when larger (its deliveries before
+// a restart, or on another worker, count too).
+func ownDeliveries(h rmqflow.ReceiptHandle, messageGroup string, attempt int32) int32 {
+	n := int32(min(ownReturns.count(h), math.MaxInt32-1)) + 1
+	if !ordered(h, messageGroup) {
+		n = max(n, attempt)
+	}
+	return n
+}
+
+// valveLimit is the own delivery count at which the valve of h's message
+// fires, for a configured maximum max (0: rmqflow's default). conn is how
+// to ask the broker the group's own limit.
+func valveLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle, messageGroup string, maxAttempt int32) int32 {
+	limit := maxAttempt
+	if limit <= 0 {
+		limit = rmqflow.DefaultMaxDeliveryAttempt
+	}
+	if g := groupLimit(ctx, conn, h); g > 0 {
+		if ordered(h, messageGroup) {
+			g = (g + 1) / 2
+		}
+		limit = min(limit, g)
+	}
+	return limit
+}
+
+// groupLimits caches, per worker process, the delivery limit of each lite
+// group (0: not known; asked again after groupLimitRetry).
+var groupLimits = struct {
+	mu sync.Mutex
+	m  map[string]groupLimitEntry
+}{m: map[string]groupLimitEntry{}}
+
+type groupLimitEntry struct {
+	limit int32
+	at    time.Time
+}
+
+// groupLimitRetry is how long a failed question about a group's limit is
+// not asked again.
+const groupLimitRetry = time.Minute
+
+// groupLimit is the number of deliveries h's lite group allows (its retry
+// limit + 1), from the broker's settings answer to a consumer session of
+// the group, opened without subscribing or receiving; 0 when it is not known
+// (a message outside a lite topic: its broker attempt is its own and the
+// broker's limit judges it by its own deliveries; a copy from the
+// dead-letter topic; the broker did not answer).
+func groupLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle) int32 {
+	if h.LiteTopic == "" || strings.HasPrefix(h.Topic, "%DLQ%") {
+		return 0
+	}
+	k := h.Endpoints + "\x00" + h.Namespace + "\x00" + h.Group + "\x00" + h.Topic
+	groupLimits.mu.Lock()
+	defer groupLimits.mu.Unlock() // one question at a time per process: rare, and short
+	if e, ok := groupLimits.m[k]; ok && (e.limit > 0 || time.Since(e.at) < groupLimitRetry) {
+		return e.limit
+	}
+	limit, err := askGroupLimit(ctx, conn, h)
+	if err != nil {
+		log.Warnf(ctx, "rmqio: the delivery limit of group %s is unknown (%v): its valves fire at MaxDeliveryAttempt", h.Group, err)
+	}
+	groupLimits.m[k] = groupLimitEntry{limit: limit, at: time.Now()}
+	return limit
+}
+
+// askGroupLimit opens a lite consumer session of h's group on h's main
+// topic, reads the settings the broker answers with, and closes it.
+func askGroupLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle) (int32, error) {
+	rc, err := conn.rmqflow()
+	if err != nil {
+		return 0, err
+	}
+	c, err := client.New(client.Config{Endpoints: h.Endpoints, Namespace: h.Namespace, Credentials: rc.Credentials,
+		TLS: rc.TLS, RequestTimeout: rc.RequestTimeout})
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = c.Close(cctx)
+	}()
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sess, err := c.OpenSession(qctx, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: h.Group,
+		Subscriptions: []client.Subscription{{Topic: h.Topic}}})
+	if err != nil {
+		return 0, err
+	}
+	limit := sess.Settings().GetBackoffPolicy().GetMaxAttempts()
+	_ = sess.Close(qctx)
+	return limit, nil
+}
