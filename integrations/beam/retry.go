@@ -163,11 +163,11 @@ func (fn *retryFn) ProcessElement(ctx context.Context, at beam.EventTime, m Acka
 	limit := valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt)
 	aged := !m.BornTime.IsZero() && time.Since(m.BornTime) >= fn.Cfg.MaxDeferredAge
 	if o.Deliveries < limit && !aged {
-		n := min(int(o.Deliveries), 40) // 2^40 s is past any BackoffMax
-		delay := min(fn.Cfg.Backoff<<(n-1), fn.Cfg.BackoffMax)
-		if fn.Cfg.Backoff<<(n-1) <= 0 { // overflow
-			delay = fn.Cfg.BackoffMax
+		delay := fn.Cfg.Backoff
+		for i := int32(1); i < o.Deliveries && delay < fn.Cfg.BackoffMax; i++ {
+			delay *= 2
 		}
+		delay = min(delay, fn.Cfg.BackoffMax)
 		if _, err := fn.acker.ChangeInvisibleDuration(ctx, h, delay); err != nil {
 			out(rmqflow.Failed, err)
 			return
