@@ -160,7 +160,7 @@ func (fn *retryFn) ProcessElement(ctx context.Context, at beam.EventTime, m Acka
 		return
 	}
 	o.Deliveries = ownDeliveries(h, m.MessageGroup, m.DeliveryAttempt)
-	limit := valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt)
+	limit := valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt, true)
 	aged := !m.BornTime.IsZero() && time.Since(m.BornTime) >= fn.Cfg.MaxDeferredAge
 	if o.Deliveries < limit && !aged {
 		delay := fn.Cfg.Backoff

@@ -26,8 +26,7 @@ type ThrottleConfig struct {
 	// fires, the message is let through instead of deferred again — never
 	// acked. A message is judged by its own returns (Throttle's and Retry's
 	// deferrals of it in the worker), and MaxDeliveryAttempt is lowered to
-	// the group's own limit and, for a lite message, to half of it: see
-	// valve.go and docs/beam.md.
+	// the group's own limit: see valve.go and docs/beam.md.
 	MaxDeliveryAttempt int32
 	MaxDefers          int
 	MaxDeferredAge     time.Duration
@@ -119,7 +118,7 @@ func (fn *throttleFn) Setup() error {
 func (fn *throttleFn) ProcessElement(ctx context.Context, m AckableMessage, emit func(AckableMessage)) error {
 	h, err := m.ReceiptHandle()
 	if err != nil || m.DeadLettered ||
-		ownDeliveries(h, m.MessageGroup, m.DeliveryAttempt) >= valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt) {
+		ownDeliveries(h, m.MessageGroup, m.DeliveryAttempt) >= valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt, false) {
 		messagesAdmitted.Inc(ctx, 1)
 		emit(m)
 		return nil

@@ -26,10 +26,14 @@ import (
 //
 // The limit is MaxDeliveryAttempt, lowered to the group's own limit (its
 // retry limit + 1 deliveries, read from the broker's settings answer, once
-// per group and worker) and, for a lite message, to half of that, rounded
-// up: its successors come back with it every time it does and spend the
-// group's budget with it, so it must leave first (rmqflow's rule:
-// rmqflow.ThrottleConfig).
+// per group and worker). Retry lowers it, for a lite message, to half of
+// that, rounded up: the successors of a message that keeps failing come
+// back with it every time it does and spend the group's budget with it, so
+// it must leave first (rmqflow's rule: rmqflow.ThrottleConfig). Throttle
+// does not halve it: it defers each message of an over-share lite topic
+// itself, so each one's deferrals are its own; admitting a message while
+// the ones before it are deferred would bring it back with them, worked
+// twice (scenario o).
 
 // ownReturns counts the returns of messages in this worker process.
 var ownReturns = &returnCounts{max: rmqflow.DefaultDeferTrackerCapacity, m: map[string]int{}}
@@ -98,15 +102,16 @@ func ownDeliveries(h rmqflow.ReceiptHandle, messageGroup string, attempt int32) 
 }
 
 // valveLimit is the own delivery count at which the valve of h's message
-// fires, for a configured maximum max (0: rmqflow's default). conn is how
-// to ask the broker the group's own limit.
-func valveLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle, messageGroup string, maxAttempt int32) int32 {
+// fires, for a configured maximum max (0: rmqflow's default); halve: half
+// the group's limit for an ordered message (Retry). conn is how to ask the
+// broker the group's own limit.
+func valveLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle, messageGroup string, maxAttempt int32, halve bool) int32 {
 	limit := maxAttempt
 	if limit <= 0 {
 		limit = rmqflow.DefaultMaxDeliveryAttempt
 	}
 	if g := groupLimit(ctx, conn, h); g > 0 {
-		if ordered(h, messageGroup) {
+		if halve && ordered(h, messageGroup) {
 			g = (g + 1) / 2
 		}
 		limit = min(limit, g)

@@ -9,8 +9,8 @@ import (
 )
 
 // TestValveLimit: a valve fires at MaxDeliveryAttempt own deliveries (16 by
-// default), lowered to the group's own limit and, for a lite message, to
-// half of it; a lite message's own count is its returns + 1 whatever its
+// default), lowered to the group's own limit and, for Retry and a lite
+// message, to half of it; a lite message's own count is its returns + 1 whatever its
 // broker attempt, an unordered one's the larger of the two.
 func TestValveLimit(t *testing.T) {
 	ctx := context.Background()
@@ -20,13 +20,16 @@ func TestValveLimit(t *testing.T) {
 	groupLimits.m["127.0.0.1:1\x00\x00valve-g\x00valve"] = groupLimitEntry{limit: 4, at: time.Now()}
 	groupLimits.mu.Unlock()
 	conn := Connection{Endpoints: "127.0.0.1:1"}
-	if l := valveLimit(ctx, conn, lite, "", 0); l != 2 {
-		t.Errorf("lite limit %d, want 2 (half the group's 4)", l)
+	if l := valveLimit(ctx, conn, lite, "", 0, true); l != 2 {
+		t.Errorf("Retry's lite limit %d, want 2 (half the group's 4)", l)
 	}
-	if l := valveLimit(ctx, conn, lite, "", 1); l != 1 {
+	if l := valveLimit(ctx, conn, lite, "", 0, false); l != 4 {
+		t.Errorf("Throttle's lite limit %d, want the group's 4", l)
+	}
+	if l := valveLimit(ctx, conn, lite, "", 1, true); l != 1 {
 		t.Errorf("lite limit with MaxDeliveryAttempt 1: %d", l)
 	}
-	if l := valveLimit(ctx, conn, plain, "", 0); l != rmqflow.DefaultMaxDeliveryAttempt {
+	if l := valveLimit(ctx, conn, plain, "", 0, true); l != rmqflow.DefaultMaxDeliveryAttempt {
 		t.Errorf("plain limit %d, want the default (the broker judges its own deliveries)", l)
 	}
 	if n := ownDeliveries(lite, "", 9); n != 1 {
