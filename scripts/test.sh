@@ -9,14 +9,31 @@ if [ "${1:-}" != "--inner" ]; then
   exec scripts/with-broker.sh "$0" --inner "$@"
 fi
 shift
+# Each step's wall time, printed as it ends and listed again on exit (CI's
+# budget is 45 minutes on a fresh machine: this says where they go).
+step_name="" step_start=$SECONDS steps=""
+step() {
+  if [ -n "$step_name" ]; then
+    steps+="$(printf '%5ds  %s' $((SECONDS - step_start)) "$step_name")"$'\n'
+  fi
+  step_name="$1" step_start=$SECONDS
+  [ -n "$1" ] && echo "== $1"
+  return 0
+}
+report_steps() {
+  rc=$?
+  step ""
+  printf '== time per step (total %ds, exit %d)\n%s' "$SECONDS" "$rc" "$steps"
+}
+trap report_steps EXIT
 for mod in . bench rmqfake/officialclient_test integrations/benthos integrations/watermill integrations/beam integrations/ekuiper; do
-  echo "== go vet ($mod)"
+  step "go vet ($mod)"
   # eKuiper's module builds with -tags core (see the eKuiper step below).
   tags=""
   [ "$mod" = integrations/ekuiper ] && tags="-tags core"
   (cd "$mod" && go vet $tags ./...)
 done
-echo "== go test (real broker at $RMQFLOW_ENDPOINT)"
+step "go test (real broker at $RMQFLOW_ENDPOINT)"
 go test -race -count=1 -timeout 25m ./... "$@"
 # The proof suites (proof/, build tag proof): the crash suite (emulator and
 # real broker), the four-process group and the proxy restart. They run after
@@ -29,14 +46,14 @@ go test -race -count=1 -timeout 25m ./... "$@"
 # of 4 (open question: which earlier scenario leaves the broker so). Only the
 # broker scripts/rocketmq.sh runs is restarted.
 if scripts/rocketmq.sh status >/dev/null 2>&1; then
-  echo "== restarting the broker for the proof suites (fresh store)"
+  step "restarting the broker for the proof suites (fresh store)"
   # (without the auth proxy: only conformance scenario t uses it)
   # The 5.5.0 defaults of the lite TTL scan, as before scenario u came: the
   # scan every 20 s also deletes lite topics it finds empty, TTL or not, and
   # no suite from here on needs it (nor the auth proxy).
   scripts/rocketmq.sh down >/dev/null && RMQ_AUTH_PROXY=0 RMQ_MIN_LITE_TTL_MS=900000 RMQ_LITE_TTL_CHECK_MS=120000 scripts/rocketmq.sh up >/dev/null
 fi
-echo "== go test -tags proof ./proof (crash suite, multi-process group, proxy restart)"
+step "go test -tags proof ./proof (crash suite, multi-process group, proxy restart)"
 go vet -tags proof ./proof/...
 go test -race -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 # The official RocketMQ Go and Java clients' flows against rmqfake and the real
@@ -45,18 +62,18 @@ go test -race -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep -v '^===
 # with itself (its Telemetry goroutine applies the settings command while Send
 # reads the retry policy: producer_options.go:155 vs producer.go:170), which
 # fails the run on code that is not ours; rmqfake's own tests run under -race.
-echo "== go test (rmqfake/officialclient_test)"
+step "go test (rmqfake/officialclient_test)"
 (cd rmqfake/officialclient_test && go test -count=1 ./...)
 # The Benthos integration (its own module, so that Benthos stays out of the
 # core's go.mod): the examples end to end on rmqfake (one on the real broker
 # too), per-message nacks, rmqflow-connect's lint and list, and a SIGKILL
 # mid-stream.
-echo "== go test (integrations/benthos)"
+step "go test (integrations/benthos)"
 (cd integrations/benthos && go test -race -count=1 -timeout 15m ./...)
 # The Watermill Pub/Sub (its own module too): Watermill's own Pub/Sub suite
 # on rmqfake (lite and simple mode) and on the real broker (lite mode),
 # nack/close/dead-letter semantics, and a Router with Retry and PoisonQueue.
-echo "== go test (integrations/watermill)"
+step "go test (integrations/watermill)"
 (cd integrations/watermill && go test -race -count=1 -timeout 15m ./...)
 # The Beam IO (its own module: Beam is heavy): every pipeline on Prism, Beam's
 # Go runner, in process, against rmqfake and the real broker: read/ack, a job
@@ -66,7 +83,7 @@ echo "== go test (integrations/watermill)"
 # trips a data race inside Beam's own harness (v2.77.0 harness.go:195 closes
 # the channel harness.go:213 may still send on), so that test runs without
 # -race; every other test of the module runs under it.
-echo "== go test (integrations/beam)"
+step "go test (integrations/beam)"
 (cd integrations/beam && go test -race -count=1 -timeout 15m -skip TestCrashMidStreamLosesNothing ./... &&
   go test -count=1 -timeout 10m -run TestCrashMidStreamLosesNothing ./...)
 # The eKuiper integration (its own module: eKuiper is heavy): rmqflow-sql,
@@ -81,9 +98,10 @@ echo "== go test (integrations/beam)"
 # parallel), most of it the real broker's redelivery waits. Not under -race: the server
 # under test is a subprocess (a race build would need cgo), so -race would
 # cover only the in-process unit tests.
-echo "== go test (integrations/ekuiper)"
+step "go test (integrations/ekuiper)"
 (cd integrations/ekuiper && CGO_ENABLED=0 go test -tags core -count=1 -timeout 10m ./...)
 # The bench module: the harness's own unit tests (statistics, report, plan)
 # run; the peer tests need RMQFLOW_BENCH=1 (make bench), so the rest is only
 # built and vetted here.
+step "go test (bench)"
 (cd bench && go test -count=1 ./harness/ ./internal/peerkit/ ./peer/... && go test -count=1 -run XXX ./...)

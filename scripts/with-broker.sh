@@ -24,6 +24,7 @@ finish() {
 trap finish EXIT
 
 scripts/rocketmq.sh up
+echo "== RocketMQ up after ${SECONDS}s"
 export RMQFLOW_ENDPOINT="127.0.0.1:${RMQ_GRPC_PORT:-18081}"
 export RMQFLOW_AUTH_ENDPOINT="127.0.0.1:${RMQ_AUTH_GRPC_PORT:-18082}"
 unset RMQFLOW_SKIP_REAL_BROKER
