@@ -203,7 +203,7 @@ type source struct {
 	done   chan struct{}
 	log    api.Logger
 	// group is what the broker said of the consumer group, once asked.
-	group *groupInfo
+	group *rmqflow.GroupSettings
 }
 
 // session is one rmqflow source, its throttle and its valve; a permanent
@@ -317,12 +317,12 @@ func (s *source) heldBack(ctx context.Context, def ruleDef) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("rocketmq: asking whether group %s is a FIFO group: %w", s.conf.src.Group, err)
 	}
-	return heldBack(s.conf, g.fifo), nil
+	return heldBack(s.conf, g.FIFO), nil
 }
 
 // groupOf is what the broker says of the source's consumer group, asked
 // once (askGroup).
-func (s *source) groupOf(ctx context.Context) (groupInfo, error) {
+func (s *source) groupOf(ctx context.Context) (rmqflow.GroupSettings, error) {
 	if s.group != nil {
 		return *s.group, nil
 	}
@@ -343,7 +343,7 @@ func (s *source) open(ctx context.Context) (*session, error) {
 		// again behind its lite topic's head before the valve fires.
 		s.log.Warnf("rocketmq source: the group's retry limit is unknown (%v): a failing message is given up on after max-delivery-attempt %d own deliveries", err, s.conf.maxAttempt)
 	} else {
-		v.groupMax, v.fifo = g.maxAttempts, g.fifo
+		v.groupMax, v.fifo = g.MaxDeliveryAttempts, g.FIFO
 	}
 	src, err := rmqflow.NewSource(s.conf.src, rmqflow.BytesDecoder())
 	if err != nil {

@@ -52,7 +52,7 @@ func TestParseSourceValve(t *testing.T) {
 // its returns + 1 whatever the broker's attempt, an unordered one's the
 // larger of the two.
 func TestValveLimit(t *testing.T) {
-	r := &returnCounts{max: 10, m: map[string]int{}}
+	r := rmqflow.NewReturnTracker(10)
 	v := &valve{maxAttempt: 16, groupMax: 4, returns: r}
 	lite := rmqflow.ReceiptHandle{Group: "g", MessageID: "a", LiteTopic: "l", DeliveryAttempt: 4}
 	plain := rmqflow.ReceiptHandle{Group: "g", MessageID: "b", DeliveryAttempt: 3}
@@ -78,13 +78,6 @@ func TestValveLimit(t *testing.T) {
 	}
 	if v := (&valve{maxAttempt: 3, returns: r}); v.limit(lite) != 3 {
 		t.Errorf("limit with the group's unknown %d, want max-delivery-attempt 3", v.limit(lite))
-	}
-	// The counts forget the oldest beyond their capacity.
-	for i := range 20 {
-		r.add(rmqflow.ReceiptHandle{Group: "g", MessageID: string(rune('A' + i))})
-	}
-	if len(r.m) != 10 || r.count(rmqflow.ReceiptHandle{Group: "g", MessageID: "T"}) != 1 || r.count(lite) != 0 {
-		t.Errorf("after 21 messages in counts of 10: %d kept", len(r.m))
 	}
 }
 
