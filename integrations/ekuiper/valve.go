@@ -2,6 +2,7 @@ package rmqkuiper
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/lf-edge/ekuiper/contract/v2/api"
@@ -60,7 +61,16 @@ type valve struct {
 	fifo       bool                // the group hands each message group out in order
 	returns    *rmqflow.ReturnTracker
 	log        api.Logger
+	// park, when set (dead-letter-topic), parks a message whose valve
+	// fired in parkTopic; the source acks it once stored.
+	park      rmqflow.DeadLetterFunc[[]byte]
+	parkTopic string
 }
+
+// parked holds the messages every source of the process parked in its
+// dead-letter-topic whose ack has not been seen to take: one that comes
+// back and fails again is acked, not parked a second time.
+var parked = rmqflow.NewReturnTracker(0)
 
 // limit is the own delivery count at which the valve fires for h.
 func (v *valve) limit(h rmqflow.ReceiptHandle) int32 {
@@ -86,9 +96,11 @@ const giveUpTimeout = 30 * time.Second
 
 // failed gives back h's message, whose rows failed in an acking sink: it is
 // left to come back when its invisibility ends, unless its valve fired; then
-// it goes where on-valve says. acker is the source's.
-func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle) {
-	if !v.fired(h) {
+// it is parked in dead-letter-topic when set (m is the message; the ledger
+// keeps it then), or else it goes where on-valve says. acker is the
+// source's.
+func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte]) {
+	if parked.Returns(h) == 0 && !v.fired(h) {
 		v.returned(h)
 		acker.Leave(h)
 		return
@@ -96,6 +108,10 @@ func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.Rece
 	own, limit := v.own(h), v.limit(h)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpTimeout)
 	defer cancel()
+	if v.park != nil && m != nil {
+		v.parkMsg(cctx, acker, h, m, own, limit)
+		return
+	}
 	if v.onValve == rmqflow.ValveAck {
 		if err := acker.Ack(cctx, h); err != nil {
 			v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: acking it as on-valve %s asks failed, it comes back: %v",
@@ -132,4 +148,30 @@ func (s *source) askGroup(ctx context.Context) (rmqflow.GroupSettings, error) {
 		group, topic = s.conf.src.Lite[0].Group, s.conf.src.Lite[0].Topic
 	}
 	return rmqflow.ReadGroupSettings(ctx, conn, group, topic, lite)
+}
+
+// parkMsg writes m to dead-letter-topic and acks it once the broker stored
+// the copy. When the write fails nothing is acked: m comes back, and is
+// parked when it fails again. A message parked before whose ack did not
+// take is only acked.
+func (v *valve) parkMsg(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte], own, limit int32) {
+	if parked.Returns(h) == 0 {
+		cause := fmt.Errorf("rocketmq source: failed %d times in the rule's sinks (valve at %d)", own, limit)
+		if err := v.park(ctx, m, cause); err != nil {
+			acker.Leave(h)
+			v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: parking it in dead-letter-topic %s failed, it comes back: %v",
+				h.MessageID, h.LiteTopic, own, v.parkTopic, err)
+			return
+		}
+		parked.Add(h)
+	}
+	if err := acker.Ack(ctx, h); err != nil {
+		v.log.Warnf("rocketmq source: message %s (lite topic %q) is parked in dead-letter-topic %s, but its ack failed: it comes back, and is acked then: %v",
+			h.MessageID, h.LiteTopic, v.parkTopic, err)
+		return
+	}
+	parked.Forget(h)
+	v.returns.Forget(h)
+	v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times (valve at %d): parked in dead-letter-topic %s and acked",
+		h.MessageID, h.LiteTopic, own, limit, v.parkTopic)
 }

@@ -36,12 +36,21 @@ func TestParseSourceValve(t *testing.T) {
 	if c, _, err = parseSource(base(map[string]any{"on-valve": "dead-letter-queue"})); err != nil || c.onValve != rmqflow.ValveDeadLetterQueue {
 		t.Fatalf("on-valve dead-letter-queue: %v %v", c.onValve, err)
 	}
-	for key, bad := range map[string]map[string]any{
-		"max-delivery-attempt": {"max-delivery-attempt": -1},
-		"on-valve":             {"on-valve": "drop"},
+	if c, unknown, err = parseSource(base(map[string]any{"dead-letter-topic": "parked"})); err != nil || len(unknown) > 0 || c.deadLetterTopic != "parked" {
+		t.Fatalf("dead-letter-topic: %q %v %v", c.deadLetterTopic, unknown, err)
+	}
+	for _, bad := range []struct {
+		props map[string]any
+		key   string
+		why   string
+	}{
+		{map[string]any{"max-delivery-attempt": -1}, "max-delivery-attempt", ""},
+		{map[string]any{"on-valve": "drop"}, "on-valve", ""},
+		{map[string]any{"dead-letter-topic": "parked", "on-valve": "ack"}, "dead-letter-topic", "on-valve ack"},
+		{map[string]any{"dead-letter-topic": "parked", "ack-mode": "ingest"}, "dead-letter-topic", "only with ack-mode sink"},
 	} {
-		if _, _, err := parseSource(base(bad)); err == nil || !strings.Contains(err.Error(), key) {
-			t.Errorf("%v: %v, want an error naming %s", bad, err, key)
+		if _, _, err := parseSource(base(bad.props)); err == nil || !strings.Contains(err.Error(), bad.key) || !strings.Contains(err.Error(), bad.why) {
+			t.Errorf("%v: %v, want an error naming %s (%s)", bad.props, err, bad.key, bad.why)
 		}
 	}
 }
