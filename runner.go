@@ -125,6 +125,25 @@ type RunnerConfig struct {
 	// Default false: a lite topic's next message starts only after its
 	// predecessor's ack was answered OK.
 	PipelineAcks bool
+	// Hints name, in the runner's give-up log lines, the settings its user
+	// has: an integration sets them to its own config keys, so that its
+	// user reads a key they can set, not a Go API. Zero fields name the Go
+	// API.
+	Hints RunnerHints
+}
+
+// RunnerHints are the names a Runner's give-up log lines use for the
+// settings that decide what becomes of a message given up on (see
+// RunnerConfig.ErrorValves).
+type RunnerHints struct {
+	// DeadLetter names how to park such a message in a place of one's own,
+	// as in "set <DeadLetter> to park it elsewhere". Default
+	// "Runner.SetDeadLetter".
+	DeadLetter string
+	// Drop names the setting that acks (drops) such a message, as in
+	// "acking (dropping) it as <Drop> says". Default
+	// "ErrorValves.OnValve = ValveAck".
+	Drop string
 }
 
 // DefaultRunnerMaxHeld is the least default of RunnerConfig.MaxHeld.
@@ -145,6 +164,12 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 	}
 	if c.MaxHeld == 0 {
 		c.MaxHeld = max(c.Concurrency*4, DefaultRunnerMaxHeld)
+	}
+	if c.Hints.DeadLetter == "" {
+		c.Hints.DeadLetter = "Runner.SetDeadLetter"
+	}
+	if c.Hints.Drop == "" {
+		c.Hints.Drop = "ErrorValves.OnValve = ValveAck"
 	}
 	return c
 }
@@ -942,7 +967,7 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 		}
 	case r.cfg.ErrorValves.OnValve == ValveAck:
 		r.src.metrics.deadLettered(actx, valve, "dropped")
-		r.src.log.Error("rmqflow: giving up on a message: a safety valve fired; acking (dropping) it as ErrorValves.OnValve = ValveAck says",
+		r.src.log.Error("rmqflow: giving up on a message: a safety valve fired; acking (dropping) it as "+r.cfg.Hints.Drop+" says",
 			"handle", m.Handle.String(), "valve", valve, "cause", cause)
 		r.parked.add(m.Meta.MessageID)
 	case m.Meta.DeadLettered():
@@ -950,7 +975,7 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 		// RocketMQ 5.5.0 comes back from it: scenario g): forwarding it
 		// again would only add a copy. Leave it to the broker.
 		r.src.metrics.deadLettered(actx, valve, "left")
-		r.src.log.Error("rmqflow: giving up on a message delivered from the dead-letter queue: a safety valve fired; it is left to the broker (not acked); set Runner.SetDeadLetter to park such messages",
+		r.src.log.Error("rmqflow: giving up on a message delivered from the dead-letter queue: a safety valve fired; it is left to the broker (not acked); set "+r.cfg.Hints.DeadLetter+" to park such messages",
 			"handle", m.Handle.String(), "valve", valve, "cause", cause)
 		d.leave(m)
 		return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
@@ -964,7 +989,7 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 			return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 		}
 		r.src.metrics.deadLettered(actx, valve, "broker-dlq")
-		r.src.log.Warn("rmqflow: gave up on a message: a safety valve fired; moved to its group's dead-letter queue %DLQ%<group> (set Runner.SetDeadLetter to park it elsewhere)",
+		r.src.log.Warn("rmqflow: gave up on a message: a safety valve fired; moved to its group's dead-letter queue %DLQ%<group> (set "+r.cfg.Hints.DeadLetter+" to park it elsewhere)",
 			"handle", m.Handle.String(), "valve", valve, "cause", cause)
 		r.valves.forget(m.Meta.MessageID)
 		r.returns.forget(m.Meta.MessageID)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 )
@@ -460,16 +459,11 @@ func newValves(cfg ThrottleConfig, now func() time.Time) *valves {
 // valve fires for a message of group; ordered: the message has a lite topic
 // or a message group, whose successors spend the group's budget with it.
 func (v *valves) maxAttempt(group string, ordered bool) int32 {
-	limit := v.cfg.MaxDeliveryAttempt
+	var g int32
 	if v.groupMax != nil {
-		if g := v.groupMax(group); g > 0 {
-			if ordered {
-				g = (g + 1) / 2
-			}
-			limit = min(limit, g)
-		}
+		g = v.groupMax(group)
 	}
-	return limit
+	return DeliveryLimit(v.cfg.MaxDeliveryAttempt, g, ordered)
 }
 
 // ordered reports whether the broker hands m out in order behind the
@@ -483,11 +477,7 @@ func ordered(m *Metadata) bool { return m.LiteTopic != "" || m.MessageGroup != "
 // broker's attempt when that is larger (its deliveries elsewhere, before a
 // restart, count too).
 func ownAttempt(m *Metadata, own int) int32 {
-	n := int32(min(own, math.MaxInt32-1)) + 1
-	if !ordered(m) {
-		n = max(n, m.DeliveryAttempt)
-	}
-	return n
+	return ownDeliveries(own, ordered(m), m.DeliveryAttempt)
 }
 
 // fired names the safety valve that forbids deferring the message h names,

@@ -119,6 +119,7 @@ type pendingAck struct {
 // bundleAcks collects the acks of one bundle and waits for them at its end.
 type bundleAcks struct {
 	pool    *rmqflow.AckPool
+	conn    Connection
 	pending []pendingAck
 }
 
@@ -139,13 +140,19 @@ func (b *bundleAcks) add(ctx context.Context, at beam.EventTime, handle []byte, 
 // finish waits for every pending ack and emits the failures. When ctx ends
 // first it returns ctx's error: the runner retries the bundle, whose acks
 // that went through are then sent again (the broker answers OK to an
-// already-acked handle: docs/broker-semantics.md, scenario h).
+// already-acked handle: docs/broker-semantics.md, scenario h). An ack the
+// broker refused for the connection's credentials fails the bundle, and so
+// the job, with an error that says so: it is no message's failure, and
+// every other ack would be refused alike.
 func (b *bundleAcks) finish(ctx context.Context, emit func(beam.EventTime, AckFailure)) error {
 	defer func() { b.pending = b.pending[:0] }()
 	for _, p := range b.pending {
 		select {
 		case <-p.f.Done():
 			if err := p.f.Err(); err != nil {
+				if r := refused(b.conn, err); r != err {
+					return r
+				}
 				ackFailures.Inc(ctx, 1)
 				emit(p.at, AckFailure{MessageID: p.id, Topic: p.topic, LiteTopic: p.liteTopic, Error: err.Error(),
 					OutcomeUnknown: errors.Is(err, rmqflow.ErrAckOutcomeUnknown), DeadLettered: p.dead})
@@ -174,7 +181,7 @@ func (fn *ackFn) Setup() error {
 	if err != nil {
 		return err
 	}
-	fn.acks.pool = pool
+	fn.acks.pool, fn.acks.conn = pool, fn.Cfg.Connection
 	return nil
 }
 
@@ -205,7 +212,7 @@ func (fn *handleAckFn) Setup() error {
 	if err != nil {
 		return err
 	}
-	fn.acks.pool = pool
+	fn.acks.pool, fn.acks.conn = pool, fn.Cfg.Connection
 	return nil
 }
 

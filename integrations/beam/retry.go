@@ -159,7 +159,7 @@ func (fn *retryFn) ProcessElement(ctx context.Context, at beam.EventTime, m Acka
 		out(rmqflow.Failed, err)
 		return
 	}
-	o.Deliveries = ownDeliveries(h, m.MessageGroup, m.DeliveryAttempt)
+	o.Deliveries = ownDeliveries(h, m.MessageGroup)
 	limit := valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt, true)
 	aged := !m.BornTime.IsZero() && time.Since(m.BornTime) >= fn.Cfg.MaxDeferredAge
 	if o.Deliveries < limit && !aged {
@@ -172,7 +172,7 @@ func (fn *retryFn) ProcessElement(ctx context.Context, at beam.EventTime, m Acka
 			out(rmqflow.Failed, err)
 			return
 		}
-		ownReturns.add(h)
+		ownReturns.Add(h)
 		messagesRetried.Inc(ctx, 1)
 		out(rmqflow.Deferred, nil)
 		return
@@ -190,7 +190,7 @@ func (fn *retryFn) ProcessElement(ctx context.Context, at beam.EventTime, m Acka
 			out(rmqflow.Failed, err)
 			return
 		}
-		ownReturns.forget(h)
+		ownReturns.Forget(h)
 		messagesAckedByValve.Inc(ctx, 1)
 		log.Errorf(ctx, "rmqio: Retry gave up on message %s after %d deliveries of its own: acked (dropped), as RetryConfig.OnValve asks", m.MessageID, o.Deliveries)
 		out(rmqflow.AckedByValve, nil)
@@ -202,7 +202,7 @@ func (fn *retryFn) ProcessElement(ctx context.Context, at beam.EventTime, m Acka
 		out(rmqflow.Failed, err)
 		return
 	}
-	ownReturns.forget(h)
+	ownReturns.Forget(h)
 	messagesGivenUpDLQ.Inc(ctx, 1)
 	o.DeadLetterQueue = "%DLQ%" + h.Group
 	log.Warnf(ctx, "rmqio: Retry gave up on message %s after %d deliveries of its own: moved to the dead-letter queue %s", m.MessageID, o.Deliveries, o.DeadLetterQueue)

@@ -118,7 +118,7 @@ func (fn *throttleFn) Setup() error {
 func (fn *throttleFn) ProcessElement(ctx context.Context, m AckableMessage, emit func(AckableMessage)) error {
 	h, err := m.ReceiptHandle()
 	if err != nil || m.DeadLettered ||
-		ownDeliveries(h, m.MessageGroup, m.DeliveryAttempt) >= valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt, false) {
+		ownDeliveries(h, m.MessageGroup) >= valveLimit(ctx, fn.Cfg.Connection, h, m.MessageGroup, fn.Cfg.MaxDeliveryAttempt, false) {
 		messagesAdmitted.Inc(ctx, 1)
 		emit(m)
 		return nil
@@ -135,7 +135,7 @@ func (fn *throttleFn) ProcessElement(ctx context.Context, m AckableMessage, emit
 		return nil
 	}
 	if err == nil {
-		ownReturns.add(h)
+		ownReturns.Add(h)
 		messagesDeferred.Inc(ctx, 1)
 	} else {
 		// Not deferred: the message comes back when its invisibility ends.

@@ -2,7 +2,6 @@ package rmqio
 
 import (
 	"context"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 
 	"github.com/rmqflow/rmqflow"
-	"github.com/rmqflow/rmqflow/client"
 )
 
 // Safety valves judge a message by its own returns: Throttle's deferrals of
@@ -36,53 +34,7 @@ import (
 // twice (scenario o).
 
 // ownReturns counts the returns of messages in this worker process.
-var ownReturns = &returnCounts{max: rmqflow.DefaultDeferTrackerCapacity, m: map[string]int{}}
-
-// returnCounts counts returns per consumer group and message id,
-// forgetting the oldest beyond max.
-type returnCounts struct {
-	mu    sync.Mutex
-	max   int
-	m     map[string]int
-	order []string // keys, oldest first (with forgotten ones, skipped)
-}
-
-func returnKey(h rmqflow.ReceiptHandle) string { return h.Group + "\x00" + h.MessageID }
-
-func (r *returnCounts) count(h rmqflow.ReceiptHandle) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[returnKey(h)]
-}
-
-func (r *returnCounts) add(h rmqflow.ReceiptHandle) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := returnKey(h)
-	if _, ok := r.m[k]; !ok {
-		r.order = append(r.order, k)
-	}
-	r.m[k]++
-	for len(r.m) > r.max && len(r.order) > 0 {
-		delete(r.m, r.order[0])
-		r.order = r.order[1:]
-	}
-	if len(r.order) > 2*r.max { // compact the forgotten keys
-		kept := make([]string, 0, len(r.m))
-		for _, k := range r.order {
-			if _, ok := r.m[k]; ok {
-				kept = append(kept, k)
-			}
-		}
-		r.order = kept
-	}
-}
-
-func (r *returnCounts) forget(h rmqflow.ReceiptHandle) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.m, returnKey(h))
-}
+var ownReturns = rmqflow.NewReturnTracker(0)
 
 // ordered reports whether the broker hands h's message out behind the
 // earlier ones of its lite topic (or message group).
@@ -90,33 +42,17 @@ func ordered(h rmqflow.ReceiptHandle, messageGroup string) bool {
 	return h.LiteTopic != "" || messageGroup != ""
 }
 
-// ownDeliveries is a message's own delivery count: its returns + 1, or,
-// outside any order, its broker attempt when larger (its deliveries before
-// a restart, or on another worker, count too).
-func ownDeliveries(h rmqflow.ReceiptHandle, messageGroup string, attempt int32) int32 {
-	n := int32(min(ownReturns.count(h), math.MaxInt32-1)) + 1
-	if !ordered(h, messageGroup) {
-		n = max(n, attempt)
-	}
-	return n
+// ownDeliveries is a message's own delivery count (rmqflow.ReturnTracker).
+func ownDeliveries(h rmqflow.ReceiptHandle, messageGroup string) int32 {
+	return ownReturns.Deliveries(h, ordered(h, messageGroup))
 }
 
 // valveLimit is the own delivery count at which the valve of h's message
-// fires, for a configured maximum max (0: rmqflow's default); halve: half
-// the group's limit for an ordered message (Retry). conn is how to ask the
-// broker the group's own limit.
+// fires (rmqflow.DeliveryLimit), for a configured maximum maxAttempt (0:
+// rmqflow's default); halve: half the group's limit for an ordered message
+// (Retry). conn is how to ask the broker the group's own limit.
 func valveLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle, messageGroup string, maxAttempt int32, halve bool) int32 {
-	limit := maxAttempt
-	if limit <= 0 {
-		limit = rmqflow.DefaultMaxDeliveryAttempt
-	}
-	if g := groupLimit(ctx, conn, h); g > 0 {
-		if halve && ordered(h, messageGroup) {
-			g = (g + 1) / 2
-		}
-		limit = min(limit, g)
-	}
-	return limit
+	return rmqflow.DeliveryLimit(maxAttempt, groupLimit(ctx, conn, h), halve && ordered(h, messageGroup))
 }
 
 // groupLimits caches, per worker process, the delivery limit of each lite
@@ -159,31 +95,14 @@ func groupLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle) i
 	return limit
 }
 
-// askGroupLimit opens a lite consumer session of h's group on h's main
-// topic, reads the settings the broker answers with, and closes it.
+// askGroupLimit asks the broker the settings of h's lite group on h's main
+// topic (rmqflow.ReadGroupSettings).
 func askGroupLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle) (int32, error) {
 	rc, err := conn.rmqflow()
 	if err != nil {
 		return 0, err
 	}
-	c, err := client.New(client.Config{Endpoints: h.Endpoints, Namespace: h.Namespace, Credentials: rc.Credentials,
-		TLS: rc.TLS, RequestTimeout: rc.RequestTimeout})
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = c.Close(cctx)
-	}()
-	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	sess, err := c.OpenSession(qctx, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: h.Group,
-		Subscriptions: []client.Subscription{{Topic: h.Topic}}})
-	if err != nil {
-		return 0, err
-	}
-	limit := sess.Settings().GetBackoffPolicy().GetMaxAttempts()
-	_ = sess.Close(qctx)
-	return limit, nil
+	rc.Endpoints, rc.Namespace = h.Endpoints, h.Namespace
+	g, err := rmqflow.ReadGroupSettings(ctx, rc, h.Group, h.Topic, true)
+	return g.MaxDeliveryAttempts, err
 }

@@ -96,20 +96,13 @@ type logHandler struct {
 	log   *service.Logger
 	attrs []slog.Attr
 	group string
-	// names, when set, rewrites the records' messages: rmqflow's Go names
-	// become the component's config fields.
-	names *strings.Replacer
 }
 
 func (h *logHandler) Enabled(context.Context, slog.Level) bool { return true }
 
 func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
-	if h.names != nil {
-		b.WriteString(h.names.Replace(r.Message))
-	} else {
-		b.WriteString(r.Message)
-	}
+	b.WriteString(r.Message)
 	write := func(a slog.Attr) {
 		if a.Equal(slog.Attr{}) {
 			return
@@ -143,7 +136,7 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 func (h *logHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &logHandler{log: h.log, attrs: append(append([]slog.Attr(nil), h.attrs...), as...), group: h.group, names: h.names}
+	return &logHandler{log: h.log, attrs: append(append([]slog.Attr(nil), h.attrs...), as...), group: h.group}
 }
 
 func (h *logHandler) WithGroup(name string) slog.Handler {
@@ -151,5 +144,5 @@ func (h *logHandler) WithGroup(name string) slog.Handler {
 	if h.group != "" {
 		g = h.group + "." + name
 	}
-	return &logHandler{log: h.log, attrs: h.attrs, group: g, names: h.names}
+	return &logHandler{log: h.log, attrs: h.attrs, group: g}
 }

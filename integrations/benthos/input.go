@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,13 +36,6 @@ const (
 // delivered again only for its own nacks and for those of the one message
 // before it (see the field's description).
 const defaultLiteMaxMessages = 2
-
-// giveUpNames turns the Go names in rmqflow's give-up log lines into the
-// input's config: a Benthos user cannot call Runner.SetDeadLetter.
-var giveUpNames = strings.NewReplacer(
-	"Runner.SetDeadLetter", "the rocketmq input's dead_letter.topic",
-	"ErrorValves.OnValve = ValveAck", "the rocketmq input's dead_letter.drop: true",
-)
 
 // Ack modes of the input.
 const (
@@ -164,7 +155,6 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (service.Batch
 	if err != nil {
 		return nil, err
 	}
-	conn.Logger = slog.New(&logHandler{log: in.log, names: giveUpNames})
 	conn.Meter = newBenthosMeter(mgr.Metrics())
 	c := rmqflow.SourceConfig{Connection: conn}
 	mode, err := conf.FieldString("mode")
@@ -227,7 +217,10 @@ func newInput(conf *service.ParsedConfig, mgr *service.Resources) (service.Batch
 	}
 	in.srcCfg = c
 
-	r := rmqflow.RunnerConfig{}
+	// The give-up log lines name the input's fields: a Benthos user cannot
+	// call Runner.SetDeadLetter.
+	r := rmqflow.RunnerConfig{Hints: rmqflow.RunnerHints{DeadLetter: "the rocketmq input's dead_letter.topic",
+		Drop: "the rocketmq input's dead_letter.drop: true"}}
 	if r.Concurrency, err = conf.FieldInt("concurrency"); err != nil {
 		return nil, err
 	}

@@ -162,7 +162,7 @@ type fakeAcker struct {
 	acked, back, left, own []string
 }
 
-func (f *fakeAcker) failedOwn(_ context.Context, h rmqflow.ReceiptHandle) {
+func (f *fakeAcker) failedOwn(_ context.Context, h rmqflow.ReceiptHandle, _ *rmqflow.AckableMessage[[]byte]) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.own = append(f.own, h.MessageID)

@@ -68,7 +68,8 @@ type ackerLike interface {
 	Leave(h rmqflow.ReceiptHandle)
 	// failedOwn gives back a message whose rows failed: left to come
 	// back, or, once its valve fired, sent where on-valve says (valve.go).
-	failedOwn(ctx context.Context, h rmqflow.ReceiptHandle)
+	// m is the message, when the ledger kept it (dead-letter-topic).
+	failedOwn(ctx context.Context, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte])
 }
 
 // rmqAcker is the source's Acker, and its valve, as a ledger uses them.
@@ -77,12 +78,12 @@ type rmqAcker struct {
 	v *valve // nil: a failed message is left, whatever its count
 }
 
-func (a rmqAcker) failedOwn(ctx context.Context, h rmqflow.ReceiptHandle) {
+func (a rmqAcker) failedOwn(ctx context.Context, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte]) {
 	if a.v == nil {
 		a.Leave(h)
 		return
 	}
-	a.v.failed(ctx, a.Acker, h)
+	a.v.failed(ctx, a.Acker, h, m)
 }
 
 // ackAll sends the acks at once (the ack pool batches them) and waits for
@@ -119,6 +120,9 @@ type heldMsg struct {
 	// dead: a lite message's copy from the dead-letter topic, which no ack
 	// removes (docs/broker-semantics.md, scenario g): settled by leaving it.
 	dead bool
+	// msg is the message itself, kept only to park it in dead-letter-topic
+	// should its valve fire; nil otherwise.
+	msg *rmqflow.AckableMessage[[]byte]
 }
 
 type pendingRow struct {
@@ -212,9 +216,14 @@ func (l *ledger) detach(ctx context.Context, src any) error {
 // add records an ingested message of rows rows and returns the seqs given
 // to them, ascending. dead marks a copy from the dead-letter topic.
 func (l *ledger) add(h rmqflow.ReceiptHandle, rows int, dead bool) []int64 {
+	return l.addMsg(h, nil, rows, dead)
+}
+
+// addMsg is add, keeping msg (when not nil) for a failure of its own.
+func (l *ledger) addMsg(h rmqflow.ReceiptHandle, msg *rmqflow.AckableMessage[[]byte], rows int, dead bool) []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	m := &heldMsg{h: h, id: h.MessageID, rows: rows, dead: dead}
+	m := &heldMsg{h: h, id: h.MessageID, rows: rows, dead: dead, msg: msg}
 	seqs := make([]int64, rows)
 	for i := range seqs {
 		l.next++
@@ -342,7 +351,7 @@ func (l *ledger) giveBack(ctx context.Context, seq int64, own bool) int {
 	if acker != nil {
 		for _, m := range back {
 			if own && !m.dead {
-				acker.failedOwn(ctx, m.h)
+				acker.failedOwn(ctx, m.h, m.msg)
 			} else {
 				acker.Leave(m.h)
 			}

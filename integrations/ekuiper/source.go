@@ -65,6 +65,9 @@ type sourceConf struct {
 	// rows keep failing (and of the throttle's deferrals): valve.go.
 	maxAttempt int32
 	onValve    rmqflow.ValveAction
+	// deadLetterTopic, when set, is where a message whose valve fired is
+	// parked (rmqflow.DeadLetterToSink) instead of where onValve says.
+	deadLetterTopic string
 }
 
 // DefaultIdleAck is the default idle-ack.
@@ -167,6 +170,14 @@ func parseSource(m map[string]any) (sourceConf, []string, error) {
 		c.maxAttempt = int32(n)
 	}
 	c.onValve = parseOnValve(p)
+	if c.deadLetterTopic = p.str("dead-letter-topic"); c.deadLetterTopic != "" {
+		switch {
+		case c.ackMode != AckSink:
+			p.fail("dead-letter-topic", "only with ack-mode sink: in ack-mode %s the source gives no message up", c.ackMode)
+		case c.onValve == rmqflow.ValveAck:
+			p.fail("dead-letter-topic", "on-valve %s acks (drops) the messages dead-letter-topic would park: set one of them", OnValveAck)
+		}
+	}
 	format := strings.ToLower(p.str("format"))
 	c.splitJSON = format == "" || format == "json"
 	if p.boolean("throttle") {
@@ -203,7 +214,7 @@ type source struct {
 	done   chan struct{}
 	log    api.Logger
 	// group is what the broker said of the consumer group, once asked.
-	group *groupInfo
+	group *rmqflow.GroupSettings
 }
 
 // session is one rmqflow source, its throttle and its valve; a permanent
@@ -212,6 +223,7 @@ type session struct {
 	src *rmqflow.Source[[]byte]
 	th  *rmqflow.Throttle[[]byte]
 	v   *valve
+	dlq *rmqflow.Sink // dead-letter-topic's sink; nil: none
 }
 
 // NewSource returns a new "rocketmq" source (modules.RegisterSource).
@@ -317,12 +329,12 @@ func (s *source) heldBack(ctx context.Context, def ruleDef) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("rocketmq: asking whether group %s is a FIFO group: %w", s.conf.src.Group, err)
 	}
-	return heldBack(s.conf, g.fifo), nil
+	return heldBack(s.conf, g.FIFO), nil
 }
 
 // groupOf is what the broker says of the source's consumer group, asked
 // once (askGroup).
-func (s *source) groupOf(ctx context.Context) (groupInfo, error) {
+func (s *source) groupOf(ctx context.Context) (rmqflow.GroupSettings, error) {
 	if s.group != nil {
 		return *s.group, nil
 	}
@@ -343,17 +355,31 @@ func (s *source) open(ctx context.Context) (*session, error) {
 		// again behind its lite topic's head before the valve fires.
 		s.log.Warnf("rocketmq source: the group's retry limit is unknown (%v): a failing message is given up on after max-delivery-attempt %d own deliveries", err, s.conf.maxAttempt)
 	} else {
-		v.groupMax, v.fifo = g.maxAttempts, g.fifo
+		v.groupMax, v.fifo = g.MaxDeliveryAttempts, g.FIFO
+	}
+	var dlq *rmqflow.Sink
+	if t := s.conf.deadLetterTopic; t != "" {
+		// Opened before the source starts: a topic the broker refuses
+		// fails the rule before any message is received.
+		sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: s.conf.src.Connection, Topic: t})
+		if err != nil {
+			return nil, fmt.Errorf("rocketmq: dead-letter-topic %s: %w", t, err)
+		}
+		dlq, v.park, v.parkTopic = sink, rmqflow.DeadLetterToSink[[]byte](sink), t
 	}
 	src, err := rmqflow.NewSource(s.conf.src, rmqflow.BytesDecoder())
+	if err == nil {
+		if err = src.Start(ctx); err != nil {
+			_ = src.Close(context.WithoutCancel(ctx))
+		}
+	}
 	if err != nil {
+		if dlq != nil {
+			_ = dlq.Close(context.WithoutCancel(ctx))
+		}
 		return nil, err
 	}
-	if err := src.Start(ctx); err != nil {
-		_ = src.Close(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	sess := &session{src: src, v: v}
+	sess := &session{src: src, v: v, dlq: dlq}
 	if s.conf.throttle != nil {
 		policy, err := rmqflow.FairShare[[]byte](*s.conf.throttle)
 		if err == nil {
@@ -374,6 +400,9 @@ func (sess *session) close(ctx context.Context) {
 	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer stop()
 	_ = sess.src.Close(cctx)
+	if sess.dlq != nil {
+		_ = sess.dlq.Close(cctx)
+	}
 }
 
 // Subscribe starts ingesting and returns.
@@ -492,7 +521,11 @@ func (s *source) ingest(ctx context.Context, sctx api.StreamContext, sess *sessi
 	var seqs []int64
 	switch s.conf.ackMode {
 	case AckSink:
-		seqs = s.led.add(m.Handle, len(rows), m.Meta.DeadLettered())
+		var keep *rmqflow.AckableMessage[[]byte]
+		if sess.v.park != nil {
+			keep = m // to park it if its valve fires
+		}
+		seqs = s.led.addMsg(m.Handle, keep, len(rows), m.Meta.DeadLettered())
 	case AckIngest:
 		if err := sess.src.Acker().Ack(ctx, m.Handle); err != nil {
 			sctx.GetLogger().Warnf("rocketmq source: ack of %s at ingest: %v", m.Meta.MessageID, err)
@@ -522,7 +555,7 @@ func (s *source) malformed(ctx context.Context, sctx api.StreamContext, sess *se
 		if m.Meta.DeadLettered() {
 			sess.src.Acker().Leave(m.Handle) // nothing removes it
 		} else {
-			sess.v.failed(ctx, sess.src.Acker(), m.Handle)
+			sess.v.failed(ctx, sess.src.Acker(), m.Handle, m)
 		}
 		sctx.GetLogger().Warnf("rocketmq source: message %s (attempt %d) is not a JSON object or array of objects: left to come back until its valve fires (max-delivery-attempt, on-valve)",
 			m.Meta.MessageID, m.Meta.DeliveryAttempt)

@@ -21,6 +21,8 @@ default:
   endpoints: 127.0.0.1:8081
   # namespace: ""
   # access-key: ""
+  # or the access key from the server's environment: the variable's name
+  # access-key-env: ""
   # the secret key, from the server's environment: the name of the variable
   # holding it (a plain secret-key is refused: eKuiper logs this section)
   # secret-key-env: ""
@@ -46,6 +48,16 @@ default:
   # after this long without ingesting, ack the rows the rule's metrics show it
   # dropped (rules without windows); 0 turns it off
   # idle-ack: 2s
+  # a message whose rows keep failing in the rule's sinks is given up on at
+  # this many deliveries of its own (lowered to the group's retry limit + 1,
+  # halved for a lite topic or FIFO group)
+  # max-delivery-attempt: 16
+  # where it then goes: dead-letter-queue (%DLQ%<group> on the broker) or
+  # ack (acked: dropped)
+  # on-valve: dead-letter-queue
+  # a topic of your own to park it in instead (acked once stored; ack-mode
+  # sink, not with on-valve ack)
+  # dead-letter-topic: ""
   # throttle: false           defer lite topics over their fair share
   # throttle-window: 10s
   # throttle-slack: 1.5

@@ -3,14 +3,11 @@ package rmqkuiper
 import (
 	"context"
 	"fmt"
-	"math"
-	"sync"
 	"time"
 
 	"github.com/lf-edge/ekuiper/contract/v2/api"
 
 	"github.com/rmqflow/rmqflow"
-	"github.com/rmqflow/rmqflow/client"
 )
 
 // The values of on-valve: what happens to a message once its safety valve
@@ -62,20 +59,22 @@ type valve struct {
 	onValve    rmqflow.ValveAction // on-valve
 	groupMax   int32               // the group's deliveries; 0 when unknown
 	fifo       bool                // the group hands each message group out in order
-	returns    *returnCounts
+	returns    *rmqflow.ReturnTracker
 	log        api.Logger
+	// park, when set (dead-letter-topic), parks a message whose valve
+	// fired in parkTopic; the source acks it once stored.
+	park      rmqflow.DeadLetterFunc[[]byte]
+	parkTopic string
 }
+
+// parked holds the messages every source of the process parked in its
+// dead-letter-topic whose ack has not been seen to take: one that comes
+// back and fails again is acked, not parked a second time.
+var parked = rmqflow.NewReturnTracker(0)
 
 // limit is the own delivery count at which the valve fires for h.
 func (v *valve) limit(h rmqflow.ReceiptHandle) int32 {
-	limit := v.maxAttempt
-	if g := v.groupMax; g > 0 {
-		if v.ordered(h) {
-			g = (g + 1) / 2
-		}
-		limit = min(limit, g)
-	}
-	return limit
+	return rmqflow.DeliveryLimit(v.maxAttempt, v.groupMax, v.ordered(h))
 }
 
 // ordered reports whether the broker hands h's message out behind the
@@ -83,31 +82,25 @@ func (v *valve) limit(h rmqflow.ReceiptHandle) int32 {
 // attempt is not its own.
 func (v *valve) ordered(h rmqflow.ReceiptHandle) bool { return h.LiteTopic != "" || v.fifo }
 
-// own is h's own delivery count: its returns + 1, or, outside any order,
-// the broker's attempt when that is larger (its deliveries before a restart
-// count too).
-func (v *valve) own(h rmqflow.ReceiptHandle) int32 {
-	n := int32(min(v.returns.count(h), math.MaxInt32-1)) + 1
-	if !v.ordered(h) {
-		n = max(n, h.DeliveryAttempt)
-	}
-	return n
-}
+// own is h's own delivery count (rmqflow.ReturnTracker.Deliveries).
+func (v *valve) own(h rmqflow.ReceiptHandle) int32 { return v.returns.Deliveries(h, v.ordered(h)) }
 
 // fired reports whether h's message may not be returned once more.
 func (v *valve) fired(h rmqflow.ReceiptHandle) bool { return v.own(h) >= v.limit(h) }
 
 // returned counts a return of h's message.
-func (v *valve) returned(h rmqflow.ReceiptHandle) { v.returns.add(h) }
+func (v *valve) returned(h rmqflow.ReceiptHandle) { v.returns.Add(h) }
 
 // giveUpTimeout bounds the RPC that moves (or acks) a message given up on.
 const giveUpTimeout = 30 * time.Second
 
 // failed gives back h's message, whose rows failed in an acking sink: it is
 // left to come back when its invisibility ends, unless its valve fired; then
-// it goes where on-valve says. acker is the source's.
-func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle) {
-	if !v.fired(h) {
+// it is parked in dead-letter-topic when set (m is the message; the ledger
+// keeps it then), or else it goes where on-valve says. acker is the
+// source's.
+func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte]) {
+	if parked.Returns(h) == 0 && !v.fired(h) {
 		v.returned(h)
 		acker.Leave(h)
 		return
@@ -115,13 +108,17 @@ func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.Rece
 	own, limit := v.own(h), v.limit(h)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpTimeout)
 	defer cancel()
+	if v.park != nil && m != nil {
+		v.parkMsg(cctx, acker, h, m, own, limit)
+		return
+	}
 	if v.onValve == rmqflow.ValveAck {
 		if err := acker.Ack(cctx, h); err != nil {
 			v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: acking it as on-valve %s asks failed, it comes back: %v",
 				h.MessageID, h.LiteTopic, own, OnValveAck, err)
 			return
 		}
-		v.returns.forget(h)
+		v.returns.Forget(h)
 		v.log.Errorf("rocketmq source: message %s (lite topic %q) failed %d times (valve at %d): acked and dropped, as on-valve %s asks",
 			h.MessageID, h.LiteTopic, own, limit, OnValveAck)
 		return
@@ -134,96 +131,47 @@ func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.Rece
 			h.MessageID, h.LiteTopic, own, h.Group, err)
 		return
 	}
-	v.returns.forget(h)
+	v.returns.Forget(h)
 	v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times (valve at %d): moved to the dead-letter queue %%DLQ%%%s",
 		h.MessageID, h.LiteTopic, own, limit, h.Group)
 }
 
-// returnCounts counts the returns of messages, per consumer group and
-// message id, for every source of the process (a restarted rule keeps
-// them), forgetting the oldest beyond its capacity.
-type returnCounts struct {
-	mu    sync.Mutex
-	max   int
-	m     map[string]int
-	order []string // keys, oldest first (with stale ones, skipped)
+// ownReturns holds the returns every source of the process counts (a
+// restarted rule keeps them).
+var ownReturns = rmqflow.NewReturnTracker(0)
+
+// askGroup asks the broker the settings of the source's consumer group
+// (rmqflow.ReadGroupSettings).
+func (s *source) askGroup(ctx context.Context) (rmqflow.GroupSettings, error) {
+	conn, group, topic, lite := s.conf.src.Connection, s.conf.src.Group, s.conf.src.Topic, s.conf.src.Mode != rmqflow.ModeSimple
+	if lite {
+		group, topic = s.conf.src.Lite[0].Group, s.conf.src.Lite[0].Topic
+	}
+	return rmqflow.ReadGroupSettings(ctx, conn, group, topic, lite)
 }
 
-// ownReturns holds the returns every source of the process counts.
-var ownReturns = &returnCounts{max: rmqflow.DefaultDeferTrackerCapacity, m: map[string]int{}}
-
-func returnKey(h rmqflow.ReceiptHandle) string { return h.Group + "\x00" + h.MessageID }
-
-func (r *returnCounts) count(h rmqflow.ReceiptHandle) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[returnKey(h)]
-}
-
-func (r *returnCounts) add(h rmqflow.ReceiptHandle) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := returnKey(h)
-	if _, ok := r.m[k]; !ok {
-		r.order = append(r.order, k)
-	}
-	r.m[k]++
-	for len(r.m) > r.max && len(r.order) > 0 {
-		delete(r.m, r.order[0])
-		r.order = r.order[1:]
-	}
-	if len(r.order) > 2*r.max { // compact the forgotten keys
-		kept := make([]string, 0, len(r.m))
-		for _, k := range r.order {
-			if _, ok := r.m[k]; ok {
-				kept = append(kept, k)
-			}
+// parkMsg writes m to dead-letter-topic and acks it once the broker stored
+// the copy. When the write fails nothing is acked: m comes back, and is
+// parked when it fails again. A message parked before whose ack did not
+// take is only acked.
+func (v *valve) parkMsg(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte], own, limit int32) {
+	if parked.Returns(h) == 0 {
+		cause := fmt.Errorf("rocketmq source: failed %d times in the rule's sinks (valve at %d)", own, limit)
+		if err := v.park(ctx, m, cause); err != nil {
+			acker.Leave(h)
+			v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: parking it in dead-letter-topic %s failed, it comes back: %v",
+				h.MessageID, h.LiteTopic, own, v.parkTopic, err)
+			return
 		}
-		r.order = kept
+		parked.Add(h)
 	}
-}
-
-func (r *returnCounts) forget(h rmqflow.ReceiptHandle) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.m, returnKey(h))
-}
-
-// groupInfo is what the broker's settings answer says of the source's
-// consumer group.
-type groupInfo struct {
-	maxAttempts int32 // deliveries before the broker dead-letters: retry limit + 1
-	fifo        bool
-}
-
-// askGroup opens a consumer session of the source's group, without
-// subscribing or receiving, to read the broker's settings answer, and closes
-// it.
-func (s *source) askGroup(ctx context.Context) (groupInfo, error) {
-	conn := s.conf.src.Connection
-	c, err := client.New(client.Config{Endpoints: conn.Endpoints, Namespace: conn.Namespace, Credentials: conn.Credentials,
-		TLS: conn.TLS, RequestTimeout: conn.RequestTimeout})
-	if err != nil {
-		return groupInfo{}, err
+	if err := acker.Ack(ctx, h); err != nil {
+		v.log.Warnf("rocketmq source: message %s (lite topic %q) is parked in dead-letter-topic %s, but its ack failed: it comes back, and is acked then: %v",
+			h.MessageID, h.LiteTopic, v.parkTopic, err)
+		return
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = c.Close(cctx)
-	}()
-	sc := client.SessionConfig{Type: client.SimpleConsumer, Group: s.conf.src.Group,
-		Subscriptions: []client.Subscription{{Topic: s.conf.src.Topic, Filter: s.conf.src.Filter}}}
-	if s.conf.src.Mode != rmqflow.ModeSimple {
-		b := s.conf.src.Lite[0]
-		sc = client.SessionConfig{Type: client.LiteSimpleConsumer, Group: b.Group, Subscriptions: []client.Subscription{{Topic: b.Topic}}}
-	}
-	sess, err := c.OpenSession(ctx, sc)
-	if err != nil {
-		return groupInfo{}, fmt.Errorf("rocketmq: reading the settings of group %s: %w", sc.Group, err)
-	}
-	st := sess.Settings()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	_ = sess.Close(cctx)
-	return groupInfo{maxAttempts: st.GetBackoffPolicy().GetMaxAttempts(), fifo: st.GetSubscription().GetFifo()}, nil
+	parked.Forget(h)
+	v.returns.Forget(h)
+	v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times (valve at %d): parked in dead-letter-topic %s and acked",
+		h.MessageID, h.LiteTopic, own, limit, v.parkTopic)
 }

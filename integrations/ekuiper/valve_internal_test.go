@@ -36,12 +36,21 @@ func TestParseSourceValve(t *testing.T) {
 	if c, _, err = parseSource(base(map[string]any{"on-valve": "dead-letter-queue"})); err != nil || c.onValve != rmqflow.ValveDeadLetterQueue {
 		t.Fatalf("on-valve dead-letter-queue: %v %v", c.onValve, err)
 	}
-	for key, bad := range map[string]map[string]any{
-		"max-delivery-attempt": {"max-delivery-attempt": -1},
-		"on-valve":             {"on-valve": "drop"},
+	if c, unknown, err = parseSource(base(map[string]any{"dead-letter-topic": "parked"})); err != nil || len(unknown) > 0 || c.deadLetterTopic != "parked" {
+		t.Fatalf("dead-letter-topic: %q %v %v", c.deadLetterTopic, unknown, err)
+	}
+	for _, bad := range []struct {
+		props map[string]any
+		key   string
+		why   string
+	}{
+		{map[string]any{"max-delivery-attempt": -1}, "max-delivery-attempt", ""},
+		{map[string]any{"on-valve": "drop"}, "on-valve", ""},
+		{map[string]any{"dead-letter-topic": "parked", "on-valve": "ack"}, "dead-letter-topic", "on-valve ack"},
+		{map[string]any{"dead-letter-topic": "parked", "ack-mode": "ingest"}, "dead-letter-topic", "only with ack-mode sink"},
 	} {
-		if _, _, err := parseSource(base(bad)); err == nil || !strings.Contains(err.Error(), key) {
-			t.Errorf("%v: %v, want an error naming %s", bad, err, key)
+		if _, _, err := parseSource(base(bad.props)); err == nil || !strings.Contains(err.Error(), bad.key) || !strings.Contains(err.Error(), bad.why) {
+			t.Errorf("%v: %v, want an error naming %s (%s)", bad.props, err, bad.key, bad.why)
 		}
 	}
 }
@@ -52,7 +61,7 @@ func TestParseSourceValve(t *testing.T) {
 // its returns + 1 whatever the broker's attempt, an unordered one's the
 // larger of the two.
 func TestValveLimit(t *testing.T) {
-	r := &returnCounts{max: 10, m: map[string]int{}}
+	r := rmqflow.NewReturnTracker(10)
 	v := &valve{maxAttempt: 16, groupMax: 4, returns: r}
 	lite := rmqflow.ReceiptHandle{Group: "g", MessageID: "a", LiteTopic: "l", DeliveryAttempt: 4}
 	plain := rmqflow.ReceiptHandle{Group: "g", MessageID: "b", DeliveryAttempt: 3}
@@ -78,13 +87,6 @@ func TestValveLimit(t *testing.T) {
 	}
 	if v := (&valve{maxAttempt: 3, returns: r}); v.limit(lite) != 3 {
 		t.Errorf("limit with the group's unknown %d, want max-delivery-attempt 3", v.limit(lite))
-	}
-	// The counts forget the oldest beyond their capacity.
-	for i := range 20 {
-		r.add(rmqflow.ReceiptHandle{Group: "g", MessageID: string(rune('A' + i))})
-	}
-	if len(r.m) != 10 || r.count(rmqflow.ReceiptHandle{Group: "g", MessageID: "T"}) != 1 || r.count(lite) != 0 {
-		t.Errorf("after 21 messages in counts of 10: %d kept", len(r.m))
 	}
 }
 

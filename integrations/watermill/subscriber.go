@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -234,7 +233,6 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	} else {
 		sc.Topic = topic
 	}
-	sc.Connection.Logger = slog.New(namesHandler{logger(sc.Connection).Handler()})
 	src, err := rmqflow.NewSource(sc, rmqflow.BytesDecoder())
 	if err != nil {
 		return nil, fmt.Errorf("rmqwatermill: subscribe %s: %w", topic, err)
@@ -247,6 +245,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		ErrorBackoffMax: s.cfg.NackBackoffMax,
 		ErrorValves:     s.cfg.Valves,
 		ShutdownTimeout: s.cfg.CloseTimeout,
+		// The give-up log lines name the Subscriber's settings: its user
+		// does not hold its Runner.
+		Hints: rmqflow.RunnerHints{DeadLetter: "SubscriberConfig.DeadLetterTopic (or DeadLetter)",
+			Drop: "SubscriberConfig.Valves.OnValve = rmqflow.ValveAck"},
 	})
 	if err != nil {
 		beginClose()
@@ -381,37 +383,6 @@ func (s *Subscriber) deadLetterSink(ctx context.Context) (*rmqflow.Sink, error) 
 		s.dlq = sink
 	}
 	return s.dlq, nil
-}
-
-// giveUpNames turns the Go names in rmqflow's give-up log lines into the
-// Subscriber's: a subscriber's user does not hold its Runner.
-var giveUpNames = strings.NewReplacer(
-	"Runner.SetDeadLetter", "SubscriberConfig.DeadLetterTopic (or DeadLetter)",
-	"ErrorValves.OnValve = ValveAck", "SubscriberConfig.Valves.OnValve = rmqflow.ValveAck",
-)
-
-// namesHandler writes its records with giveUpNames applied to their
-// messages.
-type namesHandler struct{ slog.Handler }
-
-func (h namesHandler) Handle(ctx context.Context, r slog.Record) error {
-	if msg := giveUpNames.Replace(r.Message); msg != r.Message {
-		n := slog.NewRecord(r.Time, r.Level, msg, r.PC)
-		r.Attrs(func(a slog.Attr) bool {
-			n.AddAttrs(a)
-			return true
-		})
-		r = n
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h namesHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return namesHandler{h.Handler.WithAttrs(as)}
-}
-
-func (h namesHandler) WithGroup(name string) slog.Handler {
-	return namesHandler{h.Handler.WithGroup(name)}
 }
 
 func logger(c rmqflow.Connection) *slog.Logger {
