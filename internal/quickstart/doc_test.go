@@ -41,6 +41,13 @@
 // seconds each. Any other go command goes to the real go. The same binaries
 // are on PATH under their own names for lines that call them so.
 //
+// Cost (2 cores, -race, 2026-12-03): the blocks on 127.0.0.1:8081 run one
+// after the other, about 60 s in all (sql-worked 21 s: two 10-second windows;
+// readme-cli 15 s: the emulator's 5-to-15-second lite backlog dispatch, as the
+// README says; beam-prism 13 s; benthos-throttle 6 s; rmqfake-standalone 3 s),
+// the demo's 30 s beside them; the builds are the ones the later steps of make
+// test make anyway (same flags, shared cache), but for linking each binary.
+//
 // A fresh module cache does not matter here: no block installs or runs a
 // module from outside the repository.
 package quickstart
