@@ -1,0 +1,5 @@
+//go:build race
+
+package quickstart
+
+func init() { raceEnabled = true }
