@@ -514,9 +514,14 @@ func TestAckPoolBatchesWhileSlotsBusy(t *testing.T) {
 	const queued = 5
 	hs := received(t, s, client.Credentials{}, 1+queued)
 	onWire := make(chan int, 8) // entries per RPC as it arrives
+	// Each RPC is held until the test releases it. (A Delay on the manual
+	// clock raced: under load the test could advance the clock before the
+	// fake armed the RPC's timer, which then never fired.)
+	release := make(chan struct{})
 	s.Intercept("AckMessage", func(c rmqfake.Call) rmqfake.Verdict {
 		onWire <- len(c.Request.(*v2.AckMessageRequest).GetEntries())
-		return rmqfake.Verdict{Delay: 10 * time.Second} // held until the clock moves
+		<-release
+		return rmqfake.Verdict{}
 	})
 	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 20 * time.Second},
 		MaxInFlight: 1})
@@ -548,14 +553,14 @@ func TestAckPoolBatchesWhileSlotsBusy(t *testing.T) {
 		t.Fatalf("an RPC of %d entries left while the only slot was taken", k)
 	case <-time.After(100 * time.Millisecond):
 	}
-	mc.Advance(10 * time.Second)
+	release <- struct{}{}
 	if err := first.wait(ctx); err != nil {
 		t.Fatalf("first ack: %v", err)
 	}
 	if k := wire(); k != queued {
 		t.Fatalf("the RPC after the slot freed carried %d entries, want all %d queued", k, queued)
 	}
-	mc.Advance(10 * time.Second)
+	release <- struct{}{}
 	for i, f := range fs {
 		if err := f.wait(ctx); err != nil {
 			t.Errorf("queued ack %d: %v", i, err)
