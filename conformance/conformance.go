@@ -79,6 +79,7 @@ var Scenarios = []Scenario{
 	{"u", "LiteTopicTTLExpiry", LiteTopicTTLExpiry},
 	{"v", "WildcardRejoin", WildcardRejoin},
 	{"w", "EventSetCap", EventSetCap},
+	{"x", "RestartAfterKill", RestartAfterKill},
 }
 
 // Env gives scenarios clients bound to the target.
