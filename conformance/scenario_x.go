@@ -33,18 +33,27 @@ const (
 // RestartAfterKill (x): four consumers of a wildcard group pop the backlog
 // of two lite topics (invisible 10 s, the least the broker accepts) and stop
 // mid-stream without acking or leaving; then a new rmqflow.Source of the
-// group starts. "killed": their connections end, as a SIGKILLed process's
-// do (the 5.5.0 proxy then takes a LITE_PUSH_CONSUMER client out of its
-// group: GrpcClientSettingsManager.offlineClientLiteSubscription). "hung":
-// they stay connected and poll no more, as a stopped or wedged process, or
-// a Source nobody calls Next on: they stay members of the group. When the
-// popped batches' invisibility ends the broker offers each lite topic to
-// one member of the group (QueueLevelConsumerOrderInfoLockManager.notifyLockIsFree),
-// possibly a hung one, whose set holds it until a scan finds the set
-// untouched for 10 s and offers it to another member, possibly hung too.
-// Asserted, in both cases: the Source gets its first message of the backlog
-// within the invisible duration plus one scan (plus 3 s) of its start,
-// with attempt 2, and all of the backlog within 60 s.
+// group starts.
+//
+// "killed": their connections end, as a SIGKILLed process's do. The 5.5.0
+// proxy then takes a LITE_PUSH_CONSUMER client (what rmqflow announces to
+// 5.5.0) out of its lite group (ClientActivity.handleGrpcCancel →
+// offlineClientLiteSubscription: COMPLETE_REMOVE), and when the popped
+// batches' invisibility ends the broker offers each lite topic to the
+// group's one member left (QueueLevelConsumerOrderInfoLockManager.notifyLockIsFree).
+// Asserted: every message comes within the invisible duration plus one
+// scan (plus 3 s) of the Source's start, with attempt 2.
+//
+// "hung": they stay connected and poll no more, as a stopped or wedged
+// process, or a Source nobody calls Next on, does: they stay members. Each
+// freed lite topic then goes to a member picked at random, possibly a hung
+// one, which holds it until a scan finds its set untouched for 10 s and
+// offers it to another member, possibly hung too; the Source's re-join one
+// InvisibleDuration into its idle run (SourceConfig.LiteRejoinAfter) makes
+// the broker offer every lite topic with a backlog again 5 to 15 s later,
+// again to members picked at random. How soon the Source gets something is
+// left to those picks (observed on 5.5.0: 10 to 35 s); asserted: its first
+// message, with attempt 2, within 60 s.
 func RestartAfterKill(t *testing.T, e *Env) {
 	t.Run("killed", func(t *testing.T) { restartAfter(t, e, true) })
 	t.Run("hung", func(t *testing.T) { restartAfter(t, e, false) })
@@ -115,9 +124,13 @@ func restartAfter(t *testing.T, e *Env, kill bool) {
 	}
 	defer src.Close(context.Background())
 
+	limit := MinInvisible + RestartTick + 3*time.Second
+	if !kill {
+		limit = time.Minute
+	}
 	var first time.Duration
 	got := map[string]bool{}
-	for len(got) < restartLite*restartPer {
+	for len(got) < restartLite*restartPer && (kill || first == 0) {
 		m, err := src.Next(ctx)
 		if err != nil {
 			break
@@ -126,16 +139,17 @@ func restartAfter(t *testing.T, e *Env, kill bool) {
 			_ = src.Acker().Ack(ctx, m.Handle)
 			continue
 		}
+		at := time.Since(started)
 		if first == 0 {
-			first = time.Since(started)
-			t.Logf("first message %v after the Source started, %v after the last pop of the stopped consumers, attempt %d",
-				first.Round(100*time.Millisecond), time.Since(popped).Round(100*time.Millisecond), m.Meta.DeliveryAttempt)
-			if m.Meta.DeliveryAttempt != 2 {
-				t.Errorf("first message of %s: attempt %d, want 2", m.Meta.LiteTopic, m.Meta.DeliveryAttempt)
-			}
+			first = at
+			t.Logf("first message %v after the Source started, %v after the last pop of the stopped consumers",
+				first.Round(100*time.Millisecond), time.Since(popped).Round(100*time.Millisecond))
 		}
-		if !got[m.Meta.LiteTopic+"/"+m.Value] {
-			t.Logf("%s/%s at %v", m.Meta.LiteTopic[len(run):], m.Value, time.Since(started).Round(100*time.Millisecond))
+		if m.Meta.DeliveryAttempt != 2 {
+			t.Errorf("%s/%s: attempt %d, want 2", m.Meta.LiteTopic, m.Value, m.Meta.DeliveryAttempt)
+		}
+		if at > limit && kill {
+			t.Errorf("%s/%s came %v after the Source started, want within %v", m.Meta.LiteTopic, m.Value, at.Round(100*time.Millisecond), limit)
 		}
 		got[m.Meta.LiteTopic+"/"+m.Value] = true
 		if err := src.Acker().Ack(ctx, m.Handle); err != nil {
@@ -146,10 +160,10 @@ func restartAfter(t *testing.T, e *Env, kill bool) {
 	if first == 0 {
 		t.Fatalf("the restarted consumer got nothing within 60 s of its start")
 	}
-	if limit := MinInvisible + RestartTick + 3*time.Second; first > limit {
-		t.Errorf("first message %v after the restarted consumer started, want within the invisible duration plus a scan (%v)", first.Round(100*time.Millisecond), limit)
+	if first > limit {
+		t.Errorf("first message %v after the restarted consumer started, want within %v", first.Round(100*time.Millisecond), limit)
 	}
-	if len(got) != restartLite*restartPer {
+	if kill && len(got) != restartLite*restartPer {
 		t.Errorf("%d of %d messages within 60 s", len(got), restartLite*restartPer)
 	}
 }
