@@ -91,6 +91,7 @@ func TestMetricsAsDocumented(t *testing.T) {
 		sm.released(ctx, r, 1)
 	}
 	sm.malformed(ctx)
+	sm.rejoined(ctx, &binding{topic: "t", group: "g"})
 	x.acked(ctx, nil)
 	x.acked(ctx, fmt.Errorf("ack: %w", client.ErrInvalidReceiptHandle))
 	x.acked(ctx, errors.New("broken"))

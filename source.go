@@ -108,18 +108,31 @@ type SourceConfig struct {
 	// LiteRejoinAfter is how long a wildcard lite binding's receives may
 	// come back empty before it re-joins its group (client.Session.Rejoin:
 	// COMPLETE_REMOVE, then COMPLETE_ADD), which makes the broker look for
-	// the group's lite backlog again, 5 to 15 s later. RocketMQ 5.5.0 looks
-	// when a client joins, and otherwise only when a message finds members
-	// of which none takes it, so a consumer can wait long for a backlog that
-	// is there (docs/broker-semantics.md, scenario v: once 90 s, beside
-	// killed clients of its group). An idle run re-joins at most 4 times,
-	// the wait doubling each time (30 s, then 60, 120 and 240 s more), and
-	// then waits for a message; a message ends the run, and a pause in
-	// receiving (the queue full, receives failing) starts it over. Default
-	// 30 s, at least 10 s; negative (or Forever): never. Bindings of exact lite
-	// topics never re-join. Each re-join costs the broker a pass over its
-	// lite topics, and a message that arrives between the two calls may
-	// wait for that pass.
+	// the group's lite backlog again, 5 to 15 s later, and offer each lite
+	// topic it finds to a member of the group, this one included. RocketMQ
+	// 5.5.0 looks when a client joins, and otherwise only when a message
+	// finds members of which none takes it; it offers a lite topic whose
+	// popped batch comes free (acked, or its invisibility over) to one
+	// member picked at random, which may be a consumer that stays connected
+	// but polls no more (stopped, wedged, or a Source nobody calls Next on):
+	// that member holds it until the broker's scan finds it idle, 10 to 20 s
+	// later, and hands it to another member, possibly idle too. A consumer
+	// started after others of its group stopped mid-stream so can wait long
+	// for a backlog that is there (docs/broker-semantics.md, scenarios v and
+	// x: once 90 s; beside four hung consumers, one of two lite topics did
+	// not come within 60 s). The first re-join of an idle run comes when the
+	// batches such consumers popped before this one started come free, if
+	// they used the same InvisibleDuration. An idle run re-joins at most 4
+	// times, the wait doubling each time (with a 30 s LiteRejoinAfter: 30 s,
+	// then 60, 120 and 240 s more), and then waits for a message; a message
+	// ends the run, and a pause in receiving (the queue full, receives
+	// failing) starts it over. Each re-join is logged (INFO the first time
+	// in a run, DEBUG after) and counted (rmqflow.source.lite_rejoins).
+	// Default InvisibleDuration, at least 10 s and at most 60 s; at least
+	// 10 s when set; negative (or Forever): never. Bindings of exact lite
+	// topics never re-join. Each re-join costs the broker a pass over all
+	// its lite consume queues, and a message that arrives between the two
+	// calls may wait for that pass.
 	LiteRejoinAfter time.Duration
 	// UndecodableInvisibleDuration is the most invisibility a message whose
 	// body the Decoder refused (AckableMessage.Err) is emitted with: unless
@@ -143,12 +156,13 @@ const Forever time.Duration = 1<<63 - 1
 const (
 	DefaultMaxOutage   = 5 * time.Minute
 	DefaultMaxQueueAge = 30 * time.Minute
-	// DefaultLiteRejoinAfter is SourceConfig.LiteRejoinAfter's default;
-	// maxLiteRejoins bounds the re-joins of one idle run (30 s, 90 s, 210 s
-	// and 450 s into it by default: past the 2.5 to 5 min a killed client of
-	// the group stays a member on 5.5.0).
-	DefaultLiteRejoinAfter = 30 * time.Second
-	maxLiteRejoins         = 4
+	// MinLiteRejoinAfter and MaxDefaultLiteRejoinAfter bound
+	// SourceConfig.LiteRejoinAfter's default, which is InvisibleDuration;
+	// maxLiteRejoins bounds the re-joins of one idle run (at 60 s: 60 s,
+	// 180 s, 420 s and 900 s into it).
+	MinLiteRejoinAfter        = 10 * time.Second
+	MaxDefaultLiteRejoinAfter = 60 * time.Second
+	maxLiteRejoins            = 4
 	// DefaultUndecodableInvisibleDuration is
 	// SourceConfig.UndecodableInvisibleDuration's default.
 	DefaultUndecodableInvisibleDuration = 10 * time.Second
@@ -180,7 +194,7 @@ func (c SourceConfig) withDefaults() SourceConfig {
 		c.MaxQueueAge = DefaultMaxQueueAge
 	}
 	if c.LiteRejoinAfter == 0 {
-		c.LiteRejoinAfter = DefaultLiteRejoinAfter
+		c.LiteRejoinAfter = min(max(c.InvisibleDuration, MinLiteRejoinAfter), MaxDefaultLiteRejoinAfter)
 	}
 	if c.UndecodableInvisibleDuration == 0 {
 		c.UndecodableInvisibleDuration = DefaultUndecodableInvisibleDuration
@@ -246,7 +260,7 @@ func (c SourceConfig) validate() error {
 		return optionError("MaxOutage", "must not be negative (Forever retries without end)")
 	case c.MaxQueueAge < 0:
 		return optionError("MaxQueueAge", "must not be negative (Forever turns the cap off)")
-	case c.LiteRejoinAfter > 0 && c.LiteRejoinAfter < 10*time.Second:
+	case c.LiteRejoinAfter > 0 && c.LiteRejoinAfter < MinLiteRejoinAfter:
 		return optionError("LiteRejoinAfter", "must be at least 10s (each re-join costs the broker a pass over the main topic's lite topics; the broker itself looks 5 to 15 s after a join), or negative for never")
 	case c.UndecodableInvisibleDuration < 0:
 		return optionError("UndecodableInvisibleDuration", "must not be negative (Forever leaves an undecodable message the invisibility it has)")
@@ -708,7 +722,8 @@ func (s *Source[T]) rejoin(ctx context.Context, b *binding, first bool) {
 		level = slog.LevelInfo
 	}
 	s.log.Log(ctx, level, "rmqflow: lite binding received nothing; re-joining its group so that the broker looks for its backlog again",
-		"topic", b.topic, "group", b.group)
+		"topic", b.topic, "group", b.group, "after", s.cfg.LiteRejoinAfter)
+	s.smetrics.rejoined(ctx, b)
 	if err := b.sess.Rejoin(ctx, b.topic); err != nil && ctx.Err() == nil {
 		s.log.Warn("rmqflow: re-joining the lite group failed", "topic", b.topic, "group", b.group, "err", err)
 	}

@@ -12,12 +12,16 @@ import (
 const (
 	MetricReleased  = "rmqflow.source.released"
 	MetricMalformed = "rmqflow.source.malformed"
+	// MetricLiteRejoins counts re-joins of idle wildcard lite bindings
+	// (SourceConfig.LiteRejoinAfter).
+	MetricLiteRejoins = "rmqflow.source.lite_rejoins"
 )
 
 // sourceMetrics are the source's own instruments, beside the shared ones.
 type sourceMetrics struct {
 	releasedC  metric.Int64Counter
 	malformedC metric.Int64Counter
+	rejoinsC   metric.Int64Counter
 }
 
 func newSourceMetrics(m metric.Meter) *sourceMetrics {
@@ -27,6 +31,7 @@ func newSourceMetrics(m metric.Meter) *sourceMetrics {
 	x := &sourceMetrics{}
 	x.releasedC, _ = m.Int64Counter(MetricReleased, metric.WithUnit(unitMessages), metric.WithDescription("fetched messages the source gave back to the group instead of emitting them, by reason"))
 	x.malformedC, _ = m.Int64Counter(MetricMalformed, metric.WithUnit(unitMessages), metric.WithDescription("messages emitted with ErrMalformedMessage (no receipt handle, topic or message id)"))
+	x.rejoinsC, _ = m.Int64Counter(MetricLiteRejoins, metric.WithUnit("{rejoin}"), metric.WithDescription("re-joins of wildcard lite groups whose receives came back empty for SourceConfig.LiteRejoinAfter"))
 	return x
 }
 
@@ -37,3 +42,7 @@ func (x *sourceMetrics) released(ctx context.Context, reason string, n int) {
 }
 
 func (x *sourceMetrics) malformed(ctx context.Context) { x.malformedC.Add(ctx, 1) }
+
+func (x *sourceMetrics) rejoined(ctx context.Context, b *binding) {
+	x.rejoinsC.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", b.topic), attribute.String("group", b.group)))
+}

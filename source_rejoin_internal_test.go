@@ -56,3 +56,21 @@ func TestRejoinDue(t *testing.T) {
 		t.Errorf("maxLiteRejoins = %d; the steps above and the docs say 4", maxLiteRejoins)
 	}
 }
+
+// LiteRejoinAfter's default follows InvisibleDuration, at least 10 s and at
+// most 60 s; a value set stays as set.
+func TestLiteRejoinAfterDefault(t *testing.T) {
+	for _, c := range []struct{ invisible, set, want time.Duration }{
+		{10 * time.Second, 0, 10 * time.Second},
+		{15 * time.Second, 0, 15 * time.Second},
+		{0, 0, DefaultInvisibleDuration}, // the default invisibility, 60 s
+		{5 * time.Minute, 0, 60 * time.Second},
+		{10 * time.Second, 45 * time.Second, 45 * time.Second},
+		{10 * time.Second, -1, -1},
+	} {
+		got := SourceConfig{InvisibleDuration: c.invisible, LiteRejoinAfter: c.set}.withDefaults().LiteRejoinAfter
+		if got != c.want {
+			t.Errorf("InvisibleDuration %v, LiteRejoinAfter %v: default %v, want %v", c.invisible, c.set, got, c.want)
+		}
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 	"github.com/rmqflow/rmqflow/rmqfake"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // rejoinRig is a lite source on a fake with a manual clock, the fake's
@@ -116,15 +118,15 @@ func (r *rejoinRig) removes(t *testing.T) []string {
 	return out
 }
 
-// TestLiteSourceRejoinsWhenIdle pins SourceConfig.LiteRejoinAfter: a
-// wildcard binding whose receives came back empty for 30 s re-joins its group
+// TestLiteSourceRejoinsWhenIdle pins SourceConfig.LiteRejoinAfter (set to
+// 30 s): a wildcard binding whose receives came back empty for 30 s re-joins its group
 // (COMPLETE_REMOVE, then COMPLETE_ADD), which makes RocketMQ 5.5.0 sweep the
 // group's lite topics for a backlog again; while nothing comes it waits twice
 // as long each time, 4 times in all (30 s, 90 s, 210 s, 450 s), and then
 // waits for a message, which starts over.
 func TestLiteSourceRejoinsWhenIdle(t *testing.T) {
 	ctx := rmqtest.Context(t, time.Minute)
-	r := newRejoinRig(t, ctx, nil)
+	r := newRejoinRig(t, ctx, func(c *rmqflow.SourceConfig) { c.LiteRejoinAfter = 30 * time.Second })
 	check := func(want ...string) {
 		t.Helper()
 		if got := r.removes(t); !slices.Equal(got, want) {
@@ -183,5 +185,48 @@ func TestLiteSourceRejoinOff(t *testing.T) {
 				t.Fatalf("re-joined: %v", got)
 			}
 		})
+	}
+}
+
+// TestLiteSourceRejoinAfterInvisible: by default a wildcard binding first
+// re-joins its group one InvisibleDuration (here 15 s) into a run of empty
+// receives, which is when the batches of consumers of the group that stopped
+// before it started come free (conformance x), then 30, 60 and 120 s later;
+// each re-join counts in rmqflow.source.lite_rejoins.
+func TestLiteSourceRejoinAfterInvisible(t *testing.T) {
+	ctx := rmqtest.Context(t, time.Minute)
+	reader := sdkmetric.NewManualReader()
+	r := newRejoinRig(t, ctx, func(c *rmqflow.SourceConfig) {
+		c.InvisibleDuration = 15 * time.Second
+		c.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	})
+	// In steps of the poll's window (5 s), so that a re-join is seen when
+	// it is due.
+	for r.mc.Now().Sub(r.t0) < 300*time.Second {
+		r.advance(t, 5*time.Second)
+		if got := r.removes(t); len(got) > 0 && got[0] != "15s" {
+			t.Fatalf("the first re-join at %v, want one InvisibleDuration (15s) into the idle run", got[0])
+		}
+	}
+	if got, want := r.removes(t), []string{"15s", "45s", "1m45s", "3m45s"}; !slices.Equal(got, want) {
+		t.Fatalf("re-joins at %v, want %v", got, want)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, s := range rm.ScopeMetrics {
+		for _, m := range s.Metrics {
+			if m.Name != rmqflow.MetricLiteRejoins {
+				continue
+			}
+			for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				n += p.Value
+			}
+		}
+	}
+	if n != 4 {
+		t.Fatalf("%s = %d, want 4", rmqflow.MetricLiteRejoins, n)
 	}
 }

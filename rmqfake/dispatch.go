@@ -12,8 +12,11 @@ import (
 //   - A wildcard client pops only the lite topics in its own event set. An
 //     event (a message stored, an ack or an unblock that leaves a backlog,
 //     a full dispatch) puts the lite topic into the set of one client of the
-//     group, tried in turn from a rotating start (the broker: a random one);
-//     a set holds at most its cap, read when the set is created: the group's
+//     group, tried in turn from a rotating start (the broker: a random one),
+//     whether or not another client's set holds it already (a set holds a
+//     lite topic once, and accepts it again without adding it, as the
+//     broker's ClientEventSet does); a set holds at most its cap, read when
+//     the set is created: the group's
 //     lite.sub.client.max.event.cnt (LiteMaxEventCount), else the server's
 //     MaxClientEventCount (the broker's maxClientEventCount, 100).
 //   - An event no client takes is lost, and schedules a full dispatch of the
@@ -123,12 +126,13 @@ func checkMaxEvents(n int) error {
 }
 
 // eventSet is a client's event set (ClientEventSet): lite topics that may
-// have something to deliver, in the order they came. A lite topic is in one
-// set of its group at most (liteCursor.inRing).
+// have something to deliver, in the order they came, each once (another
+// client's set may hold it too).
 type eventSet struct {
 	cap  int // 0: unbounded
 	q    []*liteCursor
 	head int
+	has  map[*liteCursor]struct{}
 	// taken is when the client last took an event (ms); check is the scan
 	// that looks at it while the set holds events.
 	taken int64
@@ -137,8 +141,21 @@ type eventSet struct {
 
 func (s *eventSet) len() int { return len(s.q) - s.head }
 
+// holds reports whether c waits in the set.
+func (s *eventSet) holds(c *liteCursor) bool {
+	_, ok := s.has[c]
+	return ok
+}
+
+// push adds c unless the set holds it already.
 func (s *eventSet) push(c *liteCursor) {
-	c.inRing = true
+	if s.holds(c) {
+		return
+	}
+	if s.has == nil {
+		s.has = map[*liteCursor]struct{}{}
+	}
+	s.has[c] = struct{}{}
 	s.q = append(s.q, c)
 }
 
@@ -156,7 +173,7 @@ func (s *eventSet) next() *liteCursor {
 		s.q = append([]*liteCursor(nil), s.q[s.head:]...)
 		s.head = 0
 	}
-	c.inRing = false
+	delete(s.has, c)
 	return c
 }
 
@@ -241,7 +258,7 @@ func (b *broker) dropLiteSub(clientID string) {
 // liteReady dispatches an event for c: its lite topic may have something for
 // its wildcard group. Call it with b.mu held.
 func (b *broker) liteReady(c *liteCursor) {
-	if c.inRing || !c.g.wildcard || c.lq.main.lite[c.lq.name] != c.lq {
+	if !c.g.wildcard || c.lq.main.lite[c.lq.name] != c.lq {
 		return
 	}
 	if c.ord.committed >= c.lq.q.end() {
@@ -292,7 +309,8 @@ func (b *broker) dispatch(c *liteCursor, except *liteSub) bool {
 }
 
 // offer puts c into sub's event set, creating the set with its cap, unless
-// the set is full.
+// the set is full; a set that holds c already accepts it without adding it
+// (a full one refuses it, as the broker's does).
 func (b *broker) offer(sub *liteSub, c *liteCursor, now int64) bool {
 	set := sub.events
 	if set == nil {
@@ -382,7 +400,7 @@ func (b *broker) fullDispatch(g *group) {
 	}
 	for _, lq := range main.lite {
 		c := lq.cursorOf(g)
-		if c == nil || c.inRing || c.ord.committed >= lq.q.end() {
+		if c == nil || c.ord.committed >= lq.q.end() {
 			continue
 		}
 		if b.disp.fast {

@@ -213,3 +213,29 @@ func TestLiteEventSetOfAnIdleClient(t *testing.T) {
 		t.Fatalf("a blacklisted: b received %d, want both new lite topics", len(got))
 	}
 }
+
+// A lite topic waiting in one client's set is offered again by a later
+// event, to the next client in turn, which takes it into its own set (the
+// broker de-duplicates within a client's set, not across the group): a
+// member that polls no more holds a copy, not the lite topic. Two messages
+// to one lite topic while a never polls: a's set and b's set each get it,
+// and b receives both messages at once.
+func TestLiteEventInSeveralSets(t *testing.T) {
+	t.Parallel()
+	s, clk, p, _, _ := capServer(t) // its allGroup client is a, which never polls
+	b := session(t, s, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: allGroup,
+		Subscriptions: []client.Subscription{{Topic: capTopic}}, LiteWildcard: true})
+	clk.Advance(10 * time.Second) // b's join dispatch
+	for i := range 2 {
+		send(t, p, &client.Message{Topic: capTopic, LiteTopic: "l00", Body: []byte(fmt.Sprint(i))})
+	}
+	if n := s.Stats().Groups[allGroup].LiteEvents; n != 2 {
+		t.Fatalf("after two messages to one lite topic: %d events in the group's sets, want 2 (one in a's set, one in b's)", n)
+	}
+	if got := receiveNow(t, b, capReq(allGroup)); len(got) != 2 {
+		t.Fatalf("b received %d, want both messages of l00", len(got))
+	}
+	if n := s.Stats().Groups[allGroup].LiteEvents; n != 1 {
+		t.Fatalf("after b's receive: %d events in the group's sets, want a's copy", n)
+	}
+}

@@ -348,12 +348,11 @@ func (lq *liteQueue) cursorOf(g *group) *liteCursor {
 
 // liteCursor is a group's ordered position in one lite topic.
 type liteCursor struct {
-	lq     *liteQueue
-	g      *group
-	ord    ordered
-	inRing bool // waiting in an event set of its group (dispatch.go)
-	acked  int64
-	dlq    int64
+	lq    *liteQueue
+	g     *group
+	ord   ordered
+	acked int64
+	dlq   int64
 }
 
 // session is the settings record of one client id (the proxy keeps one).

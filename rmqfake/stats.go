@@ -58,7 +58,8 @@ type GroupStats struct {
 	LiteTopics map[string]Counts
 	// LiteEvents is how many lite topics wait in the event sets of a
 	// wildcard group's clients (with FastLiteDispatch, in the one set they
-	// share): what their pops will try next (see MaxClientEventCount).
+	// share): what their pops will try next (see MaxClientEventCount). A
+	// lite topic waiting in two clients' sets counts twice.
 	LiteEvents int
 }
 
