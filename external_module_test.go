@@ -60,6 +60,7 @@ func Init() { rmqkuiper.Register() }
 // The modules are not published, so this is the one way in from another
 // module, and it must keep working.
 func TestExternalModule(t *testing.T) {
+	t.Parallel() // runs beside the other long one at the end, not on the serial path of the package
 	if testing.Short() {
 		t.Skip("builds four modules (-short)")
 	}

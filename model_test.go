@@ -49,6 +49,7 @@ import (
 // one seed; RMQFLOW_MODEL_TRACE=1 logs the handler's calls and
 // decisions, the runner's log and the broker's to stderr.
 func TestModelRunner(t *testing.T) {
+	t.Parallel() // runs beside the other long one at the end, not on the serial path of the package
 	runs, first := 1000, uint64(1)
 	if v := os.Getenv("RMQFLOW_MODEL_RUNS"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command that runs every test (`make test` calls it; so does CI):
 # fetches and starts a real RocketMQ when none runs (scripts/with-broker.sh),
-# runs go vet and the whole Go test suite of every module against it, and
+# runs the whole Go test suite of every module against it (with go vet's
+# checks), and
 # stops the broker again if it started it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,7 +30,8 @@ trap report_steps EXIT
 # go vet's full set of checks runs inside each module's go test (-vet=all),
 # on the packages that build compiled for the test, rather than as a go vet
 # of its own first: a separate go vet compiles every dependency a second time
-# (without -race), which took 20 of the 48 minutes of a fresh run (2026-12-03).
+# (without -race): the seven go vet steps took 1152 s of a run with an empty
+# build cache on 2026-12-03, before its first test.
 step "go test (real broker at $RMQFLOW_ENDPOINT)"
 go test -race -vet=all -count=1 -timeout 25m ./... "$@"
 # The proof suites (proof/, build tag proof): the crash suite (emulator and
@@ -58,19 +60,16 @@ go test -race -vet=all -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep
 # with itself (its Telemetry goroutine applies the settings command while Send
 # reads the retry policy: producer_options.go:155 vs producer.go:170), which
 # fails the run on code that is not ours; rmqfake's own tests run under -race.
-step "go test (rmqfake/officialclient_test)"
-(cd rmqfake/officialclient_test && go test -vet=all -count=1 ./...)
+official_tests() { (cd rmqfake/officialclient_test && go test -vet=all -count=1 ./...); }
 # The Benthos integration (its own module, so that Benthos stays out of the
 # core's go.mod): the examples end to end on rmqfake (one on the real broker
 # too), per-message nacks, rmqflow-connect's lint and list, and a SIGKILL
 # mid-stream.
-step "go test (integrations/benthos)"
-(cd integrations/benthos && go test -race -vet=all -count=1 -timeout 15m ./...)
+benthos_tests() { (cd integrations/benthos && go test -race -vet=all -count=1 -timeout 15m ./...); }
 # The Watermill Pub/Sub (its own module too): Watermill's own Pub/Sub suite
 # on rmqfake (lite and simple mode) and on the real broker (lite mode),
 # nack/close/dead-letter semantics, and a Router with Retry and PoisonQueue.
-step "go test (integrations/watermill)"
-(cd integrations/watermill && go test -race -vet=all -count=1 -timeout 15m ./...)
+watermill_tests() { (cd integrations/watermill && go test -race -vet=all -count=1 -timeout 15m ./...); }
 # The Beam IO (its own module: Beam is heavy): every pipeline on Prism, Beam's
 # Go runner, in process, against rmqfake and the real broker: read/ack, a job
 # that dies mid-stream and its rerun, self-checkpointing under a stream, ack
@@ -79,9 +78,10 @@ step "go test (integrations/watermill)"
 # trips a data race inside Beam's own harness (v2.77.0 harness.go:195 closes
 # the channel harness.go:213 may still send on), so that test runs without
 # -race; every other test of the module runs under it.
-step "go test (integrations/beam)"
-(cd integrations/beam && go test -race -vet=all -count=1 -timeout 15m -skip TestCrashMidStreamLosesNothing ./... &&
-  go test -count=1 -timeout 10m -run TestCrashMidStreamLosesNothing ./...)
+beam_tests() {
+  (cd integrations/beam && go test -race -vet=all -count=1 -timeout 15m -skip TestCrashMidStreamLosesNothing ./... &&
+    go test -count=1 -timeout 10m -run TestCrashMidStreamLosesNothing ./...)
+}
 # The eKuiper integration (its own module: eKuiper is heavy): rmqflow-sql,
 # built once with -tags core (CGO_ENABLED=0), runs each rule as a subprocess
 # on 127.0.0.1 against rmqfake and the real broker (the rmqflow-sql-* fixtures):
@@ -94,10 +94,44 @@ step "go test (integrations/beam)"
 # parallel), most of it the real broker's redelivery waits. Not under -race: the server
 # under test is a subprocess (a race build would need cgo), so -race would
 # cover only the in-process unit tests.
-step "go test (integrations/ekuiper)"
-(cd integrations/ekuiper && CGO_ENABLED=0 go test -tags core -vet=all -count=1 -timeout 10m ./...)
+ekuiper_tests() { (cd integrations/ekuiper && CGO_ENABLED=0 go test -tags core -vet=all -count=1 -timeout 10m ./...); }
 # The bench module: the harness's own unit tests (statistics, report, plan)
 # run; the peer tests need RMQFLOW_BENCH=1 (make bench), so the rest is only
 # built and vetted here.
-step "go test (bench)"
-(cd bench && go test -vet=all -count=1 ./harness/ ./internal/peerkit/ ./peer/... && go test -vet=all -count=1 -run XXX ./...)
+bench_tests() { (cd bench && go test -vet=all -count=1 ./harness/ ./internal/peerkit/ ./peer/... && go test -vet=all -count=1 -run XXX ./...); }
+
+# The modules above run in two lanes at once, each its steps in order: they
+# spend most of their time waiting on the broker (redeliveries, dispatch
+# ticks), they use topics and groups of their own (scripts/rocketmq/fixtures.txt),
+# and none restarts the broker. One after another they made a fresh run
+# longer than CI's 45-minute budget (2862 s on 2026-12-03). Each lane's output
+# is shown when both have ended, and its steps' times are in the list.
+step "the integrations, the official clients and the bench module, in two lanes"
+lanes=$(mktemp -d)
+run_lane() { # NAME FUNCTION...: runs them in order; stops at the first failure
+  local name=$1 f t
+  shift
+  (
+    set -e
+    for f in "$@"; do
+      t=$SECONDS
+      echo "== $f (lane $name)"
+      "$f"
+      printf '%5ds    %s (lane %s)\n' $((SECONDS - t)) "$f" "$name" >>"$lanes/$name.times"
+    done
+  ) >"$lanes/$name.log" 2>&1
+}
+run_lane a beam_tests bench_tests &
+lane_a=$!
+run_lane b official_tests benthos_tests watermill_tests ekuiper_tests &
+lane_b=$!
+rc_a=0 rc_b=0
+wait "$lane_a" || rc_a=$?
+wait "$lane_b" || rc_b=$?
+cat "$lanes/a.log" "$lanes/b.log"
+steps+="$(cat "$lanes"/*.times 2>/dev/null)"$'\n'
+rm -rf "$lanes"
+if [ "$rc_a" != 0 ] || [ "$rc_b" != 0 ]; then
+  echo "== a lane failed (lane a exit $rc_a, lane b exit $rc_b)"
+  exit 1
+fi
