@@ -191,6 +191,7 @@ func TestReleaseInvisibleDuration(t *testing.T) {
 // message is left (no deferral RPC, no defer counted), so it comes back only
 // when its invisibility ends, with attempt 2 — not after ErrorBackoff.
 func TestRunnerErrorLeave(t *testing.T) {
+	t.Parallel() // its own emulator; mostly waiting
 	fake := fakeLite(t)
 	meter := &counterMeter{}
 	conn := rmqflow.Connection{Endpoints: fake.Addr(), Meter: meter}

@@ -25,6 +25,7 @@ import (
 // topic from an ordinary transient ack failure (not the "write whose
 // outcome was unknown" the DeadLetterToSink doc warns about).
 func TestReviewParkedOnceDespiteFailedAck(t *testing.T) {
+	t.Parallel() // its own emulator; mostly waiting
 	ctx := rmqtest.Context(t, time.Minute)
 	fake := fakeLite(t)
 	must(t, fake.CreateTopic("parked", rmqfake.TopicNormal))

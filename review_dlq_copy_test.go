@@ -22,6 +22,7 @@ import (
 // deadLetterMsg treats DLQ copies specially only on the default (forward)
 // path, not on the function path.
 func TestReviewDeadLetterToSinkParksOnce(t *testing.T) {
+	t.Parallel() // its own emulator; mostly waiting
 	ctx := rmqtest.Context(t, 2*time.Minute)
 	fake := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
 	must(t, fake.CreateTopic("main", rmqfake.TopicLite))

@@ -390,6 +390,7 @@ func startOrNext(t *testing.T, src *rmqflow.Source[string], startErr error) erro
 // TestSourcePermanentReceiveErrors (#16), on rmqfake: refusals that retrying
 // cannot change end the source with a typed error carrying the status.
 func TestSourcePermanentReceiveErrors(t *testing.T) {
+	t.Parallel() // its own emulator; mostly waiting
 	t.Run("unknown topic", func(t *testing.T) {
 		ctx := rmqtest.Context(t, 20*time.Second)
 		s := fakeNormal(t)
