@@ -12,16 +12,14 @@ import (
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
-// TestReviewDeadLetterToSinkParksOnce: a lite message the broker already
-// moved to %DLQ%<group> (its retries spent before a restart, with the
-// runner's own count lost) comes back as a DLQ copy (scenario g). A Runner
-// with DeadLetterToSink, the documented way to "park lite messages for
-// good", writes it to the sink and acks it; the ack cannot take on a DLQ
-// copy, so it comes back and is parked again, and again: the sink fills
-// with copies of one message for ever, and its lite topic never moves.
-// deadLetterMsg treats DLQ copies specially only on the default (forward)
-// path, not on the function path.
-func TestReviewDeadLetterToSinkParksOnce(t *testing.T) {
+// TestDeadLetterToSinkParksDLQCopyOnce: a lite message the broker already
+// moved to %DLQ%<group> (its retries spent before a restart, the runner's
+// own count lost) comes back as a DLQ copy (scenario g). A Runner with
+// DeadLetterToSink parks it once and acks it; the ack cannot take on a DLQ
+// copy, so it comes back, and it is acked again, not parked again (a first
+// version filled the sink with copies of one message for ever and never let
+// its lite topic move).
+func TestDeadLetterToSinkParksDLQCopyOnce(t *testing.T) {
 	t.Parallel() // its own emulator; mostly waiting
 	ctx := rmqtest.Context(t, 2*time.Minute)
 	fake := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())

@@ -16,15 +16,13 @@ import (
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
-// TestReviewParkedOnceDespiteFailedAck: once the dead-letter function has
-// parked a message (DeadLetterToSink returned nil), the runner forgets the
-// message's own count (deadLetterMsg: r.valves.forget before outAck) and
-// only then acks. When that ack fails, the message comes back as a fresh
-// one: the handler runs it through the whole valve budget again, and the
-// function parks it a second time — a duplicate in the user's dead-letter
-// topic from an ordinary transient ack failure (not the "write whose
-// outcome was unknown" the DeadLetterToSink doc warns about).
-func TestReviewParkedOnceDespiteFailedAck(t *testing.T) {
+// TestRunnerParksOnceDespiteFailedAck: a message the dead-letter function
+// parked (DeadLetterToSink returned nil) is parked once. When the ack that
+// follows fails, the message comes back, and the runner acks it again
+// rather than running it through the valves and parking it a second time
+// (a duplicate in the user's dead-letter topic from an ordinary transient
+// ack failure, as a first version did).
+func TestRunnerParksOnceDespiteFailedAck(t *testing.T) {
 	t.Parallel() // its own emulator; mostly waiting
 	ctx := rmqtest.Context(t, time.Minute)
 	fake := fakeLite(t)
@@ -46,7 +44,7 @@ func TestReviewParkedOnceDespiteFailedAck(t *testing.T) {
 	var failAcks atomic.Int32 // AckMessage calls still to fail
 	fake.Intercept("AckMessage", func(rmqfake.Call) rmqfake.Verdict {
 		if failAcks.Add(-1) >= 0 {
-			return rmqfake.Verdict{Err: status.Error(codes.Unavailable, "review: ack lost")}
+			return rmqfake.Verdict{Err: status.Error(codes.Unavailable, "test: ack lost")}
 		}
 		return rmqfake.Verdict{}
 	})

@@ -9,12 +9,12 @@ import (
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 )
 
-// TestReviewForwardReleasesClient: a forward to the dead-letter queue (the
-// default of a fired valve) must end its use of the pool's client, as a
-// ChangeInvisibleDuration does, so that IdleTimeout closes the client.
-// ackPool.forwardToDeadLetterQueue takes the client (users++) and never
-// calls unref: the client is never idle and stays open for the pool's life.
-func TestReviewForwardReleasesClient(t *testing.T) {
+// TestDeadLetterForwardReleasesClient: a forward to the dead-letter queue
+// (the default of a fired valve) ends its use of the pool's client, as a
+// ChangeInvisibleDuration does, so that IdleTimeout closes the client (a
+// first version took the client and never let it go: it stayed open for the
+// pool's life).
+func TestDeadLetterForwardReleasesClient(t *testing.T) {
 	s := fakeNormal(t)
 	hs := received(t, s, client.Credentials{}, 2)
 	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr()}, IdleTimeout: 100 * time.Millisecond})

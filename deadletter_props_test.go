@@ -12,15 +12,15 @@ import (
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
-// TestReviewDeadLetterToSinkDropsSystemProperties: DeadLetterToSink copies
-// the received message's properties wholesale, INNER_MULTI_DISPATCH of a
-// received lite message included. The broker acts on that property when a
+// TestDeadLetterToSinkDropsSystemProperties: DeadLetterToSink does not copy
+// the broker-reserved properties of the received message, such as a lite
+// message's INNER_MULTI_DISPATCH. The broker acts on that property when a
 // message carries it (client.IsSystemProperty; scenario g: it is why a DLQ
-// copy is dispatched into its lite topic again), so the parked copy would be
-// dispatched back into the original lite topic on the real broker: not
+// copy is dispatched into its lite topic again), so a parked copy carrying
+// it would go back into the original lite topic on the real broker: not
 // parked at all. rmqfake does not act on it for a plain send, so this test
-// checks the property itself.
-func TestReviewDeadLetterToSinkDropsSystemProperties(t *testing.T) {
+// checks the properties themselves.
+func TestDeadLetterToSinkDropsSystemProperties(t *testing.T) {
 	ctx := rmqtest.Context(t, time.Minute)
 	fake := fakeLite(t)
 	must(t, fake.CreateTopic("parked", rmqfake.TopicNormal))
