@@ -228,6 +228,7 @@ func startBrokerBinary(t *testing.T, env []string, args ...string) (*exec.Cmd, s
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	lines := bufio.NewScanner(pipe)
 	if !lines.Scan() {
+		cmd.Wait() // stderr is written until the process has ended
 		t.Fatalf("broker printed nothing; stderr %s", stderr.String())
 	}
 	var first struct {
