@@ -388,9 +388,10 @@ final class Flows {
      * <p>lite-push-standard is the same with the lite group LITE_G, which is
      * not FIFO: the client then runs its standard consume service and nacks
      * the failed message with ChangeInvisibleDuration (no lite topic in the
-     * request). On RocketMQ 5.5.0 that message did not come back within 60 s
-     * and nothing after it in the lite topic was delivered (rmqfake: the
-     * same), so the test does not run it; it is kept to look at that case.
+     * request), which RocketMQ 5.5.0 does not apply to the lite topic: the
+     * message, and everything behind it in the lite topic, waits until the
+     * proxy's 60 s pop invisibility ends, past this flow's 60 s, so the test
+     * does not run it (lite-push-retry is that case, with its own timing).
      */
     String litePush(Map<String, Object> r, String group) throws Exception {
         Seen s = new Seen();
