@@ -88,9 +88,18 @@ func (b *broker) dropRenewal(handle string, rn *renewal) {
 // x; the official Java LitePushConsumer's nack). Call it with b.mu held.
 func (b *broker) unsettled(rn *renewal) {
 	now := b.nowMS()
-	if rn != nil && !rn.h.expired(now) {
-		_, _ = b.changeInvisible(rn.group, rn.topic, rn.lite, rn.h, renewedUntil(rn.h.popTime, now)-now, false)
+	if rn == nil || rn.h.expired(now) {
+		return
 	}
+	end := renewedUntil(rn.h.popTime, now)
+	if rn.lite != "" {
+		// The 5.5.0 proxy records a lite message for renewal without its
+		// lite topic (ReceiveMessageActivity: the 7-argument
+		// MessageReceiptHandle), so its renewals take the broker's non-lite
+		// path too and never reach the lite topic: only the pop's 60 s hold.
+		end = rn.h.popTime + renewPopInvisible
+	}
+	_, _ = b.changeInvisible(rn.group, rn.topic, rn.lite, rn.h, max(end-now, 0), false)
 }
 
 // renewSteps are the invisibilities the proxy's renewals give one after
