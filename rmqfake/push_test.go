@@ -134,7 +134,7 @@ func TestForwardFIFOToDLQ(t *testing.T) {
 // TestAutoRenewedLiteNackWithoutLiteTopic: the official Java 5.2.0
 // LitePushConsumer of a lite group that is not FIFO nacks a failed message
 // with ChangeInvisibleDuration (1 s) naming no lite topic. The 5.5.0 broker
-// does not apply that to the lite topic (conformance scenario x) and the
+// does not apply that to the lite topic (conformance scenario y) and the
 // proxy stops renewing the message, so it comes back when the pop's 60 s
 // end (the Java flow lite-push-retry on 5.5.0: 59.7 to 60.2 s after the
 // failure), also when the nack comes after the proxy's first renewal (at

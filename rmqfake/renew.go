@@ -85,7 +85,7 @@ func (b *broker) dropRenewal(handle string, rn *renewal) {
 // renewedUntil), not the rest of rmqfake's 3 h: the request failed, or it
 // was an ack or change of a lite message that named no lite topic, which
 // the 5.5.0 broker does not apply to the lite topic (conformance scenario
-// x; the official Java LitePushConsumer's nack). Call it with b.mu held.
+// y; the official Java LitePushConsumer's nack). Call it with b.mu held.
 func (b *broker) unsettled(rn *renewal) {
 	now := b.nowMS()
 	if rn == nil || rn.h.expired(now) {

@@ -166,7 +166,7 @@ func (x *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeInv
 	nh, f := b.changeInvisible(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h, inv, req.GetSuspend())
 	if f != nil || (rn != nil && rn.lite != "" && req.GetLiteTopic() == "") {
 		// Failed, or a lite message changed without its lite topic, which
-		// the broker answers without touching the lite topic (scenario x):
+		// the broker answers without touching the lite topic (scenario y):
 		// either way the proxy has stopped renewing it.
 		b.unsettled(rn)
 	}

@@ -8,14 +8,14 @@ import (
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 )
 
-// Scenario x's LITE main topic and its exact (not wildcard, not FIFO) lite
+// Scenario y's LITE main topic and its exact (not wildcard, not FIFO) lite
 // group (scripts/rocketmq/fixtures.txt).
 const (
 	LiteTopicX  = "rmqflow-lite-nolt"
 	ExactGroupX = "rmqflow-lite-nolt-g"
 )
 
-// ChangeWithoutLiteTopic (x): a ChangeInvisibleDuration of a lite message
+// ChangeWithoutLiteTopic (y): a ChangeInvisibleDuration of a lite message
 // that does not name its lite topic (what the official Java 5.2.0
 // LitePushConsumer sends to nack a failed message of a group that is not
 // FIFO) is not applied to the lite topic. The 5.5.0 broker takes its lite
@@ -34,7 +34,7 @@ func ChangeWithoutLiteTopic(t *testing.T, e *Env) {
 	if err != nil {
 		t.Fatalf("lite consumer session: %v", err)
 	}
-	run := rmqtest.Unique("x")
+	run := rmqtest.Unique("y")
 	zero, long := run+"-zero", run+"-long"
 	for _, lt := range []string{zero, long} {
 		if err := s.SubscribeLite(rmqtest.Context(t, 10*time.Second), LiteTopicX, lt, nil); err != nil {
