@@ -49,7 +49,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."x", as in docs/broker-semantics.md
+	ID   string // "a".."y", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -80,6 +80,7 @@ var Scenarios = []Scenario{
 	{"v", "WildcardRejoin", WildcardRejoin},
 	{"w", "EventSetCap", EventSetCap},
 	{"x", "RestartAfterKill", RestartAfterKill},
+	{"y", "ChangeWithoutLiteTopic", ChangeWithoutLiteTopic},
 }
 
 // Env gives scenarios clients bound to the target.

@@ -46,7 +46,10 @@ func (b *broker) ack(req *v2.AckMessageRequest, ns string) *v2.AckMessageRespons
 func (b *broker) ackOne(gk, tk resKey, e *v2.AckMessageEntry) (f *failure) {
 	if rn := b.stopRenewal(e.GetReceiptHandle(), gk); rn != nil {
 		defer func() {
-			if f != nil {
+			// A lite message acked without its lite topic is not acked
+			// (the broker's AckMessageProcessor takes its lite path only
+			// with one), and the proxy has stopped renewing it.
+			if f != nil || (rn.lite != "" && e.GetLiteTopic() == "") {
 				b.unsettled(rn)
 			}
 		}()

@@ -1,6 +1,8 @@
 package rmqfake_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -126,5 +128,88 @@ func TestForwardFIFOToDLQ(t *testing.T) {
 	next := receiveNow(t, c, req)
 	if string(next[0].Body) != "2" {
 		t.Errorf("after the forward the queue delivered %q, want 2", next[0].Body)
+	}
+}
+
+// TestAutoRenewedLiteNackWithoutLiteTopic: the official Java 5.2.0
+// LitePushConsumer of a lite group that is not FIFO nacks a failed message
+// with ChangeInvisibleDuration (1 s) naming no lite topic. The 5.5.0 broker
+// does not apply that to the lite topic (conformance scenario y) and the
+// proxy stops renewing the message, so it comes back when the pop's 60 s
+// end (the Java flow lite-push-retry on 5.5.0: 59.7 to 60.2 s after the
+// failure), also when the nack comes after the proxy's first renewal (at
+// 50 s), which the 5.5.0 proxy sends without the lite topic too. An ack
+// without the lite topic is not applied either; one 70 s after the pop
+// releases the message at once. Before the fix the messages stayed
+// invisible for rmqfake's whole 3 h.
+func TestAutoRenewedLiteNackWithoutLiteTopic(t *testing.T) {
+	t.Parallel()
+	s, clk := start(t)
+	p := producer(t, s)
+	c := newClient(t, s, client.Config{})
+	sess, err := c.OpenSession(ctxT(t), client.SessionConfig{Type: client.LiteSimpleConsumer, Group: exactGroup,
+		Subscriptions: []client.Subscription{{Topic: liteTopic}}})
+	must(t, err)
+	for _, lt := range []string{"early", "late"} {
+		must(t, sess.SubscribeLite(ctxT(t), liteTopic, lt, nil))
+	}
+	for _, b := range []string{"nack", "nack2", "ack"} {
+		send(t, p, &client.Message{Topic: liteTopic, LiteTopic: "early", Body: []byte(b)})
+	}
+	send(t, p, &client.Message{Topic: liteTopic, LiteTopic: "late", Body: []byte("late")})
+	must(t, sess.SubscribeLite(ctxT(t), liteTopic, "later", nil))
+	send(t, p, &client.Message{Topic: liteTopic, LiteTopic: "later", Body: []byte("later")})
+	req := client.ReceiveRequest{Group: exactGroup, Topic: liteTopic, Lite: true, AutoRenew: true, InvisibleDuration: 10 * time.Second, LongPollingTimeout: 5 * time.Second}
+	by := map[string]*client.ReceivedMessage{}
+	for len(by) < 5 {
+		for _, m := range receiveNow(t, c, req) {
+			by[string(m.Body)] = m
+		}
+	}
+	nack := func(m *client.ReceivedMessage) {
+		t.Helper()
+		if _, err := c.ChangeInvisibleDuration(ctxT(t), client.ChangeInvisibleRequest{Group: exactGroup, Topic: m.Topic,
+			MessageID: m.MessageID, ReceiptHandle: m.ReceiptHandle, InvisibleDuration: time.Second}); err != nil {
+			t.Fatalf("nack %s without its lite topic: %v", m.Body, err)
+		}
+	}
+	nack(by["nack"])
+	nack(by["nack2"])
+	res, err := c.Ack(ctxT(t), exactGroup, liteTopic, []client.AckEntry{{MessageID: by["ack"].MessageID, ReceiptHandle: by["ack"].ReceiptHandle}})
+	must(t, err)
+	must(t, res[0].Err)
+	clk.Advance(55 * time.Second)
+	nack(by["late"]) // after the proxy's first renewal, at 50 s
+	inFlight := func(when string, want int64) {
+		t.Helper()
+		if g := s.Stats().Groups[exactGroup]; g.InFlight != want {
+			t.Fatalf("%s: %+v, want %d in flight", when, g.Counts, want)
+		}
+	}
+	inFlight("55 s after the pop", 5)
+	clk.Advance(4*time.Second + 999*time.Millisecond)
+	inFlight("just before 60 s", 5)
+	clk.Advance(time.Millisecond)
+	inFlight("at 60 s", 1)
+	var back []*client.ReceivedMessage
+	for len(back) < 4 {
+		back = append(back, receiveNow(t, c, req)...)
+	}
+	got := bodies(back)
+	slices.Sort(got)
+	if fmt.Sprint(got) != "[ack late nack nack2]" {
+		t.Fatalf("back at 60 s: %v, want ack, late, nack and nack2 (the ack without the lite topic did not take)", got)
+	}
+	for _, m := range back {
+		if m.DeliveryAttempt != 2 {
+			t.Errorf("%s back with attempt %d, want 2", m.Body, m.DeliveryAttempt)
+		}
+	}
+	ackAll(t, c, exactGroup, liteTopic, back)
+	clk.Advance(10 * time.Second)
+	inFlight("70 s after the pop", 1)
+	nack(by["later"])
+	if got := receiveNow(t, c, req); len(got) != 1 || string(got[0].Body) != "later" || got[0].DeliveryAttempt != 2 {
+		t.Fatalf("right after a nack at 70 s: %v, want [later] on attempt 2", bodies(got))
 	}
 }

@@ -81,13 +81,45 @@ func (b *broker) dropRenewal(handle string, rn *renewal) {
 }
 
 // unsettled gives a message whose renewal stopped without the request
-// settling it (the request failed) the invisibility the proxy would have
-// left it with: at most the 60 s of a pop, not the rest of rmqfake's 3 h.
-// Call it with b.mu held.
+// settling it the invisibility the proxy would have left it with (see
+// renewedUntil), not the rest of rmqfake's 3 h: the request failed, or it
+// was an ack or change of a lite message that named no lite topic, which
+// the 5.5.0 broker does not apply to the lite topic (conformance scenario
+// y; the official Java LitePushConsumer's nack). Call it with b.mu held.
 func (b *broker) unsettled(rn *renewal) {
-	if rn != nil && !rn.h.expired(b.nowMS()) {
-		_, _ = b.changeInvisible(rn.group, rn.topic, rn.lite, rn.h, renewPopInvisible, false)
+	now := b.nowMS()
+	if rn == nil || rn.h.expired(now) {
+		return
 	}
+	end := renewedUntil(rn.h.popTime, now)
+	if rn.lite != "" {
+		// The 5.5.0 proxy records a lite message for renewal without its
+		// lite topic (ReceiveMessageActivity: the 7-argument
+		// MessageReceiptHandle), so its renewals take the broker's non-lite
+		// path too and never reach the lite topic: only the pop's 60 s hold.
+		end = rn.h.popTime + renewPopInvisible
+	}
+	_, _ = b.changeInvisible(rn.group, rn.topic, rn.lite, rn.h, max(end-now, 0), false)
+}
+
+// renewSteps are the invisibilities the proxy's renewals give one after
+// another (RenewStrategyPolicy: 1, 3, 5, 10, 30 min, then 1 h).
+var renewSteps = []int64{60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000}
+
+// renewAhead is how long before a renewed message's invisibility ends the
+// proxy renews it (ms; renewAheadTimeMillis).
+const renewAhead = 10_000
+
+// renewedUntil is when the invisibility of a message popped at popTime with
+// auto_renew ends, as the proxy has renewed it by now (ms): the pop's 60 s,
+// each renewal renewAhead before the end, for the next of renewSteps. The
+// proxy's scan runs every 5 s, so it renews up to 5 s later than this.
+func renewedUntil(popTime, now int64) int64 {
+	end := popTime + renewPopInvisible
+	for i := 0; now >= end-renewAhead; i++ {
+		end += renewSteps[min(i, len(renewSteps)-1)] - renewAhead
+	}
+	return end
 }
 
 // purgeRenewals forgets client's renewals whose 3 h are over (the message

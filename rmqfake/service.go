@@ -164,8 +164,13 @@ func (x *service) ChangeInvisibleDuration(ctx context.Context, req *v2.ChangeInv
 	}
 	rn := b.stopRenewal(req.GetReceiptHandle(), key(req.GetGroup(), m.ns))
 	nh, f := b.changeInvisible(key(req.GetGroup(), m.ns), key(req.GetTopic(), m.ns), req.GetLiteTopic(), h, inv, req.GetSuspend())
-	if f != nil {
+	if f != nil || (rn != nil && rn.lite != "" && req.GetLiteTopic() == "") {
+		// Failed, or a lite message changed without its lite topic, which
+		// the broker answers without touching the lite topic (scenario y):
+		// either way the proxy has stopped renewing it.
 		b.unsettled(rn)
+	}
+	if f != nil {
 		return respond(f)
 	}
 	return &v2.ChangeInvisibleDurationResponse{Status: okStatus(), ReceiptHandle: nh}, nil

@@ -63,6 +63,29 @@ var javaFlows = []javaFlow{
 			t.Errorf("first delivery %v ms after the consumer started, want none before its first subscription sync at 30 s", r["first_ms"])
 		}
 	}, timeout: 80 * time.Second},
+	{name: "lite-push-retry", check: func(t *testing.T, run string, r map[string]any) {
+		// An exact lite group that is not FIFO: the client nacks each failed
+		// message with ChangeInvisibleDuration(1 s) and no lite topic, which
+		// RocketMQ 5.5.0 answers without applying it to the lite topic; the
+		// proxy stops renewing the message, so it comes back when the 60 s
+		// of its auto_renew pop end (observed 59.7 to 60.2 s after the
+		// failure), with attempt 2, and is consumed. rmqfake before the fix:
+		// held for its 3 h, never back.
+		want := map[string]string{}
+		for i := range 20 {
+			want[strconv.Itoa(i)] = "[1 2]"
+		}
+		checkAttempts(t, "attempts", r["attempts"], want)
+		if r["consumed"] != 20.0 {
+			t.Errorf("consumed %v of 20", r["consumed"])
+		}
+		back, _ := r["back_ms"].(map[string]any)
+		for k, v := range back {
+			if ms, _ := v.(float64); ms < 50000 || ms > 75000 {
+				t.Errorf("message %s back %v ms after its failure, want 50000..75000 (the proxy's 60 s pop invisibility, not the 1 s nack)", k, v)
+			}
+		}
+	}, timeout: 100 * time.Second},
 	{name: "producer-simple", check: func(t *testing.T, run string, r map[string]any) {
 		// Normal: every message once, message 3 nacked (1 s) and back as attempt 2.
 		want := map[string]string{}

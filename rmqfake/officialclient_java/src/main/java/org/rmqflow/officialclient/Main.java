@@ -18,7 +18,7 @@ import java.util.Map;
  * java -jar rmqflow-official-java.jar --endpoint HOST:PORT --flow NAME --run RUNID [--timeout 60s] [--logs DIR]
  * </pre>
  *
- * Flows (see {@link Flows}): producer-simple, push, lite-push, dlq, transaction, recall, lite-push-wildcard (and
+ * Flows (see {@link Flows}): producer-simple, push, lite-push, dlq, transaction, recall, lite-push-wildcard, lite-push-retry (and
  * lite-push-standard, which the test does not run). The run id
  * goes into every message's keys (and is the lite topic of lite-push), so
  * messages of other runs on the same topics are consumed and ignored.
@@ -70,8 +70,9 @@ public final class Main {
                 case "transaction": error = f.transaction(r); break;
                 case "recall": error = f.recall(r); break;
                 case "lite-push-wildcard": error = f.litePushWildcard(r); break;
+                case "lite-push-retry": error = f.litePushRetry(r); break;
                 default:
-                    r.put("error", "unknown flow " + flags.get("flow") + " (producer-simple, push, lite-push, dlq, transaction, recall, lite-push-wildcard, lite-push-standard)");
+                    r.put("error", "unknown flow " + flags.get("flow") + " (producer-simple, push, lite-push, dlq, transaction, recall, lite-push-wildcard, lite-push-retry, lite-push-standard)");
                     out.println(Json.of(r));
                     out.flush();
                     System.exit(2);
