@@ -125,11 +125,13 @@ run_lane a beam_tests bench_tests &
 lane_a=$!
 run_lane b official_tests benthos_tests watermill_tests ekuiper_tests &
 lane_b=$!
+# Interrupted (CI's timeout, ^C): stop the lanes and show what they printed.
+trap 'kill -- "$lane_a" "$lane_b" 2>/dev/null; cat "$lanes"/*.log 2>/dev/null; exit 130' INT TERM
 rc_a=0 rc_b=0
 wait "$lane_a" || rc_a=$?
 wait "$lane_b" || rc_b=$?
 cat "$lanes/a.log" "$lanes/b.log"
-steps+="$(cat "$lanes"/*.times 2>/dev/null)"$'\n'
+steps+="$(cat "$lanes"/*.times 2>/dev/null || true)"$'\n'
 rm -rf "$lanes"
 if [ "$rc_a" != 0 ] || [ "$rc_b" != 0 ]; then
   echo "== a lane failed (lane a exit $rc_a, lane b exit $rc_b)"
