@@ -176,6 +176,8 @@ func parseSource(m map[string]any) (sourceConf, []string, error) {
 			p.fail("dead-letter-topic", "only with ack-mode sink: in ack-mode %s the source gives no message up", c.ackMode)
 		case c.onValve == rmqflow.ValveAck:
 			p.fail("dead-letter-topic", "on-valve %s acks (drops) the messages dead-letter-topic would park: set one of them", OnValveAck)
+		case c.deadLetterTopic == topic:
+			p.fail("dead-letter-topic", "is the stream's own datasource %s: a parked message would come back to this stream; name a NORMAL topic of its own", topic)
 		}
 	}
 	format := strings.ToLower(p.str("format"))

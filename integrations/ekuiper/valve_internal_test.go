@@ -48,6 +48,7 @@ func TestParseSourceValve(t *testing.T) {
 		{map[string]any{"on-valve": "drop"}, "on-valve", ""},
 		{map[string]any{"dead-letter-topic": "parked", "on-valve": "ack"}, "dead-letter-topic", "on-valve ack"},
 		{map[string]any{"dead-letter-topic": "parked", "ack-mode": "ingest"}, "dead-letter-topic", "only with ack-mode sink"},
+		{map[string]any{"dead-letter-topic": "t"}, "dead-letter-topic", "the stream's own datasource"},
 	} {
 		if _, _, err := parseSource(base(bad.props)); err == nil || !strings.Contains(err.Error(), bad.key) || !strings.Contains(err.Error(), bad.why) {
 			t.Errorf("%v: %v, want an error naming %s (%s)", bad.props, err, bad.key, bad.why)
