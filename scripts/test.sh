@@ -121,9 +121,9 @@ run_lane() { # NAME FUNCTION...: runs them in order; stops at the first failure
     done
   ) >"$lanes/$name.log" 2>&1
 }
-run_lane a beam_tests ekuiper_tests bench_tests &
+run_lane a beam_tests watermill_tests bench_tests &
 lane_a=$!
-run_lane b official_tests benthos_tests watermill_tests &
+run_lane b official_tests benthos_tests ekuiper_tests &
 lane_b=$!
 # Interrupted (CI's timeout, ^C): stop the lanes and show what they printed.
 trap 'kill -- "$lane_a" "$lane_b" 2>/dev/null; cat "$lanes"/*.log 2>/dev/null; exit 130' INT TERM
