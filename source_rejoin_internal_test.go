@@ -57,14 +57,13 @@ func TestRejoinDue(t *testing.T) {
 	}
 }
 
-// LiteRejoinAfter's default follows InvisibleDuration, at least 10 s and at
-// most 60 s; a value set stays as set.
+// LiteRejoinAfter's default is 30 s whatever the InvisibleDuration; a value
+// set stays as set.
 func TestLiteRejoinAfterDefault(t *testing.T) {
 	for _, c := range []struct{ invisible, set, want time.Duration }{
-		{10 * time.Second, 0, 10 * time.Second},
-		{15 * time.Second, 0, 15 * time.Second},
-		{0, 0, DefaultInvisibleDuration}, // the default invisibility, 60 s
-		{5 * time.Minute, 0, 60 * time.Second},
+		{10 * time.Second, 0, DefaultLiteRejoinAfter},
+		{0, 0, 30 * time.Second},
+		{5 * time.Minute, 0, DefaultLiteRejoinAfter},
 		{10 * time.Second, 45 * time.Second, 45 * time.Second},
 		{10 * time.Second, -1, -1},
 	} {

@@ -198,6 +198,7 @@ func TestLiteSourceRejoinAfterInvisible(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	r := newRejoinRig(t, ctx, func(c *rmqflow.SourceConfig) {
 		c.InvisibleDuration = 15 * time.Second
+		c.LiteRejoinAfter = c.InvisibleDuration // as scenario x sets it
 		c.Meter = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
 	})
 	// In steps of the poll's window (5 s), so that a re-join is seen when

@@ -112,6 +112,9 @@ func restartAfter(t *testing.T, e *Env, kill bool) {
 		Lite:              []rmqflow.LiteBinding{{Topic: RestartTopic, Group: RestartGroup}},
 		InvisibleDuration: MinInvisible,
 		AwaitDuration:     poll,
+		// The first re-join when the stopped consumers' batches come free
+		// (the default is 30 s).
+		LiteRejoinAfter: MinInvisible,
 	}
 	src, err := rmqflow.NewSource(cfg, rmqflow.StringDecoder())
 	if err != nil {
