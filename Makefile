@@ -49,8 +49,11 @@ fuzz:
 # The benchmark harness (bench/harness) on a real broker it starts: every
 # peer at its strongest, every scenario, repetitions in a random order, the
 # broker's CPU per window; it writes docs/benchmarks.md and its charts. It
-# plans about 240 runs of about a minute each on 2 cores (start-up, the broker
-# settling, warm-up and a 30 s window): about four hours. A run
+# plans about 250 runs of about a minute each on 2 cores (start-up, the broker
+# settling, warm-up and a 30 s window): about four hours. Its lite-topic-count
+# runs go once more at the end under the many-lite-topics profile of
+# docs/operations-lite.md, for which it restarts the broker (and once more
+# after them, to the settings it found: -lite-profiles). A run
 # that was interrupted continues with `make bench-resume DIR=.cache/bench/<dir>`
 # (its own flags and seed; the runs it recorded are kept). `make bench-quick`
 # is a 2-minute smoke run (report in .cache/bench/). BENCHFLAGS passes more

@@ -21,6 +21,9 @@
 #   scripts/rocketmq.sh conf     print the broker.conf `up` would start the
 #                                broker with (written to a temporary directory:
 #                                starts and changes nothing)
+#   scripts/rocketmq.sh lite     print the lite dispatch lines of the broker.conf
+#                                the running broker was started with (nothing:
+#                                the 5.5.0 defaults; the bench harness reads it)
 #   scripts/rocketmq.sh pids     print "name pid" of each running JVM
 #                                (namesrv, broker, proxy; the benchmarks
 #                                sample these three, not the auth proxy)
@@ -440,6 +443,14 @@ down() {
   rm -rf "$run/store" "$run/fixtures.done" "$run/broker.auth"
 }
 
+# lite prints the lite dispatch settings of the running broker: the lines
+# lite_conf wrote into its broker.conf when `up` started it.
+lite() {
+  status >/dev/null || die "the broker is not running (scripts/rocketmq.sh up)"
+  [ -f "$run/conf/broker.conf" ] || die "no broker.conf in $run/conf"
+  sed -n '/^# Lite dispatch/,$p' "$run/conf/broker.conf" | grep -v '^#' || true
+}
+
 status() {
   if pid_alive proxy && port_open "$RMQ_GRPC_PORT"; then
     echo "running: $endpoint (name server $namesrv_addr)"
@@ -468,5 +479,6 @@ case "${1:-}" in
   apply) apply "${2:-}" ;;
   pids) pids ;;
   conf) run=$(mktemp -d); write_conf; cat "$run/conf/broker.conf"; rm -rf "$run" ;;
-  *) sed -n '2,63p' "$0"; exit 2 ;;
+  lite) lite ;;
+  *) sed -n '2,66p' "$0"; exit 2 ;;
 esac

@@ -54,6 +54,7 @@ type config struct {
 	size         int
 	liteTopics   int
 	topicCounts  []int
+	liteProfiles []string
 	seed         uint64
 	noWatchdog   bool
 	peerTimeout  time.Duration
@@ -74,7 +75,11 @@ not of its run fails the run. Scenarios (-scenarios, comma-separated):
             drained rate (needs drain), produce->ack latency
   hot       (c) one lite topic at 10x the rate of 99 others: the cold topics'
             p99 with the Runner, throttle off and on, and with no hot topic
-  topics    (d) 100 / 10,000 / 100,000 lite topics: rate, RSS, start-up
+  topics    (d) 100 / 10,000 / 100,000 lite topics: rate, RSS, start-up,
+            under each broker lite dispatch profile of -lite-profiles
+            (default,many: the 5.5.0 settings and scripts/rocketmq.sh's
+            many-lite-topics profile, side by side; the broker is
+            restarted between them)
   handler   (e) a 5 ms handler, concurrency 16
   renewal   (f) messages held longer than a 10 s invisible duration
   emulator  (g) rmqfake alone: the in-process Go benchmarks
@@ -179,6 +184,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.size, "size", 1024, "message body `bytes`")
 	fs.IntVar(&c.liteTopics, "lite-topics", 100, "lite topics a lite backlog spreads over")
 	counts := fs.String("topic-counts", "100,10000,100000", "lite topic counts of the topics scenario")
+	profiles := fs.String("lite-profiles", "default,many", "the broker's lite dispatch `profiles` (scripts/rocketmq.sh RMQ_LITE_PROFILE; docs/operations-lite.md) the topics scenario runs under, side by side in the report; every other scenario runs under the first. The harness restarts the broker (down, up: a fresh store) to change them, and restores its settings at the end; on the emulator, a new rmqfake with the same settings")
 	fs.BoolVar(&c.noWatchdog, "no-watchdog", false, "do not restart the proxy after a run failed with a sign of a degraded proxy (ILLEGAL_POLLING_TIME, Telemetry handshake timeouts, …)")
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the run order (default: from the clock; printed)")
 	fs.DurationVar(&c.peerTimeout, "peer-timeout", 4*time.Minute, "give up on a peer run after this long")
@@ -197,6 +203,14 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.topicCounts, err = ints(*counts); err != nil {
 		return c, fmt.Errorf("-topic-counts: %w", err)
+	}
+	c.liteProfiles = nil
+	for _, p := range strings.Split(*profiles, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" || slices.Contains(c.liteProfiles, p) {
+			return c, fmt.Errorf("-lite-profiles: empty or repeated profile in %q", *profiles)
+		}
+		c.liteProfiles = append(c.liteProfiles, p)
 	}
 	c.scenarios = strings.Split(*scen, ",")
 	for _, s := range c.scenarios {
@@ -290,6 +304,14 @@ type bench struct {
 	results  *os.File
 	idleCPU  float64   // the broker's CPU seconds per second when idle
 	restarts []restart // the watchdog's proxy restarts
+
+	// Lite dispatch profiles (liteprofile.go): those the run used, the
+	// emulator's current one, the real broker's settings before the run
+	// changed them, and how often it restarted the broker for them.
+	profiles       []liteProfile
+	fakeProfile    string
+	startSettings  map[string]string
+	brokerRestarts int
 
 	// A resumed run (resume.go): when the run first started, when it was
 	// resumed, and the runs recorded before.
@@ -459,6 +481,7 @@ func (b *bench) recordLine(r *run) []byte {
 		"lite_topics": r.LiteTopics, "offered": r.Offered, "shape": r.Shape, "handler_delay": r.HandlerDelay.String(),
 		"invisible": r.Invisible.String(), "id": r.ID, "pos_in_batch": r.Pos, "producer_lag": r.Lag.String(), "backlog_produced_per_s": r.Produced, "broker_cpu_seconds": r.Broker,
 		"broker_baseline_cpu_per_second": r.BrokerBase, "broker_settle": r.Settle.String(), "result": r.Result, "log": r.LogPath,
+		"lite_profile": r.Profile,
 	})
 	return line
 }

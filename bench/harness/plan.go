@@ -104,6 +104,7 @@ type run struct {
 	Lag          time.Duration // open loop: the producer's worst lag behind its schedule
 	Produced     float64       // drain: the rate (msgs/s) its backlog was produced at; 0 = not recorded
 	LoadError    string
+	Profile      string // the broker's lite dispatch profile it ran under (-lite-profiles)
 
 	ID, Topic, Group string // unique per run
 
@@ -116,7 +117,7 @@ type run struct {
 
 // Key names the cell of the report the run counts in (reps aggregate).
 func (r *run) Key() string {
-	return fmt.Sprintf("%s|%s|%s|c%d|k%d|o%.0f|%s|h%s", r.Scenario, r.Peer.Name(), r.Mode, r.Concurrency, r.LiteTopics, r.Offered, r.Shape, r.HandlerDelay)
+	return fmt.Sprintf("%s|%s|%s|c%d|k%d|o%.0f|%s|h%s|p%s", r.Scenario, r.Peer.Name(), r.Mode, r.Concurrency, r.LiteTopics, r.Offered, r.Shape, r.HandlerDelay, r.Profile)
 }
 
 // backlog is a pre-produced backlog that one or more drain runs read, each on

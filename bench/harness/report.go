@@ -337,17 +337,75 @@ func (b *bench) hotBase(p peer, rep int) float64 {
 }
 
 func (b *bench) topicsTable(w io.Writer) {
-	fmt.Fprintf(w, "## (d) Lite-topic count\n\n| peer | lite topics | msgs/s | peak RSS MB | start-up s (to the first message) | client CPU µs/msg | broker CPU µs/msg |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "## (d) Lite-topic count\n\n")
+	profiles := b.cfg.liteProfiles
+	for _, p := range b.profiles {
+		fmt.Fprintf(w, "- Lite dispatch profile `%s`: %s.\n", p.Name, formatLiteSettings(p.Settings))
+	}
+	if len(b.profiles) > 0 {
+		fmt.Fprintf(w, "\nEach run is one wildcard group over a backlog of about one window of messages spread over its lite topics; the broker's lite dispatch hands a client at most its event set of lite topics at a time and the rest on its scan (docs/operations-lite.md). `scripts/rocketmq.sh` starts the broker with a profile (`RMQ_LITE_PROFILE`); ")
+		if b.cfg.emulator {
+			fmt.Fprintf(w, "on the emulator each profile ran on a new rmqfake with the values rmqfake models (`MaxClientEventCount`, `LiteEventCheckInterval`, `LiteFullDispatchDelay`).\n\n")
+		} else {
+			fmt.Fprintf(w, "the harness restarted the broker %d times for them (a fresh store each time).\n\n", b.brokerRestarts)
+		}
+	}
+	fmt.Fprintf(w, "| peer | profile | lite topics | msgs/s | peak RSS MB | start-up s (to the first message) | client CPU µs/msg | broker CPU µs/msg |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range b.runs {
 		if r.Scenario != scTopics {
 			continue
 		}
 		if r.Result.Error != "" {
-			fmt.Fprintf(w, "| `%s` | %s | failed |||||\n", r.Peer.Name(), num(float64(r.LiteTopics), 0))
+			fmt.Fprintf(w, "| `%s` | %s | %s | failed |||||\n", r.Peer.Name(), r.Profile, num(float64(r.LiteTopics), 0))
 			continue
 		}
-		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s |\n", r.Peer.Name(), num(float64(r.LiteTopics), 0), num(rate(r), 0),
+		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.Peer.Name(), r.Profile, num(float64(r.LiteTopics), 0), num(rate(r), 0),
 			num(float64(r.Result.RSSBytes)/(1<<20), 0), num(r.Result.Startup, 1), num(perMsgOrNaN(r, r.Result.CPUSeconds)*1e6, 1), num(perMsgOrNaN(r, r.Broker)*1e6, 1))
+	}
+	fmt.Fprintln(w)
+	if len(profiles) < 2 {
+		return
+	}
+	// Side by side: each peer's rate at each count under every profile,
+	// and each profile's rate at a count as a share of its rate at the
+	// smallest count (issue 25's goals: 10,000 lite topics ≥ 0.8×,
+	// 100,000 ≥ 0.25× of 100, the first message ≤ 2 s).
+	fmt.Fprintf(w, "### Side by side: msgs/s (× the same profile's rate at %s lite topics; start-up s)\n\n| peer | lite topics |", num(float64(slices.Min(b.cfg.topicCounts)), 0))
+	for _, p := range profiles {
+		fmt.Fprintf(w, " `%s` |", p)
+	}
+	fmt.Fprintf(w, " `%s` ÷ `%s` |\n|---|---:|%s---:|\n", profiles[len(profiles)-1], profiles[0], strings.Repeat("---:|", len(profiles)))
+	find := func(p peer, profile string, k int) *run {
+		for _, r := range b.runs {
+			if r.Scenario == scTopics && r.Peer.Name() == p.Name() && r.Profile == profile && r.LiteTopics == k && r.Result.Error == "" {
+				return r
+			}
+		}
+		return nil
+	}
+	base := slices.Min(b.cfg.topicCounts)
+	for _, p := range b.peersFor("lite", "rmqflow/loop", "rmqflow/runner", "rmqflow/runner-throttle", "raw/raw") {
+		for _, k := range b.cfg.topicCounts {
+			fmt.Fprintf(w, "| `%s` | %s |", p.Name(), num(float64(k), 0))
+			for _, prof := range profiles {
+				r := find(p, prof, k)
+				if r == nil {
+					fmt.Fprintf(w, " – |")
+					continue
+				}
+				share := ""
+				if b0 := find(p, prof, base); b0 != nil && k != base && rate(b0) > 0 {
+					share = fmt.Sprintf(" (%s×)", num(rate(r)/rate(b0), 2))
+				}
+				fmt.Fprintf(w, " %s%s; %s s |", num(rate(r), 0), share, num(r.Result.Startup, 1))
+			}
+			first, last := find(p, profiles[0], k), find(p, profiles[len(profiles)-1], k)
+			if first != nil && last != nil && rate(first) > 0 {
+				fmt.Fprintf(w, " %s× |\n", num(rate(last)/rate(first), 1))
+			} else {
+				fmt.Fprintf(w, " – |\n")
+			}
+		}
 	}
 	fmt.Fprintln(w)
 }

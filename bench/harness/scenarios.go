@@ -22,44 +22,79 @@ type step struct {
 	// open loop: the run's offered load is fixed when the step starts, from
 	// the drained capacity measured before it (fraction of it) or a rate.
 	fraction float64
+	profile  string // the lite dispatch profile its runs need (-lite-profiles)
 }
 
 func (b *bench) runAll(ctx context.Context) error {
 	steps := b.plan()
-	if err := b.createFixtures(steps); err != nil {
-		return err
-	}
 	total := 0
 	for _, s := range steps {
 		total += len(s.runs)
 	}
 	done := 0
 	warm := false
-	for _, s := range steps {
-		if err := ctx.Err(); err != nil {
-			return err
+	// The plan lists the steps of each lite dispatch profile together, the
+	// first profile's first: the target changes profile at most once per
+	// profile, and each profile's fixtures are created once it is in place
+	// (a broker restarted for a profile has a fresh store).
+	for i := 0; i < len(steps); {
+		j := i
+		for j < len(steps) && steps[j].profile == steps[i].profile {
+			j++
 		}
-		if b.saved != nil && restore(s, b.saved) {
-			b.runs = append(b.runs, s.runs...)
-			done += len(s.runs)
-			b.restored += len(s.runs)
+		group := steps[i:j]
+		i = j
+		if b.saved != nil && allRestored(group, b.saved) {
+			if want, err := profileSettings(b.cfg.repo, group[0].profile); err == nil {
+				b.noteProfile(group[0].profile, want)
+			}
+			for _, s := range group {
+				restore(s, b.saved)
+				b.runs = append(b.runs, s.runs...)
+				done += len(s.runs)
+				b.restored += len(s.runs)
+			}
 			continue
 		}
-		if !warm {
-			warm = true
-			if err := b.warmBroker(ctx); err != nil {
+		changed, err := b.useProfile(ctx, group[0].profile)
+		if err != nil {
+			return err
+		}
+		if changed {
+			warm = false // a new JVM's JIT is cold again
+		}
+		if err := b.createFixtures(group); err != nil {
+			return err
+		}
+		for _, s := range group {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if b.saved != nil && restore(s, b.saved) {
+				b.runs = append(b.runs, s.runs...)
+				done += len(s.runs)
+				b.restored += len(s.runs)
+				continue
+			}
+			if !warm {
+				warm = true
+				if err := b.warmBroker(ctx); err != nil {
+					return err
+				}
+			}
+			if s.backlog != nil {
+				if err := b.drainStep(ctx, s, &done, total); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := b.openStep(ctx, s, &done, total); err != nil {
 				return err
 			}
 		}
-		if s.backlog != nil {
-			if err := b.drainStep(ctx, s, &done, total); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := b.openStep(ctx, s, &done, total); err != nil {
-			return err
-		}
+	}
+	if err := b.restoreProfile(ctx); err != nil {
+		return err
 	}
 	if b.has(scEmu) {
 		if err := b.goBenchmarks(ctx); err != nil {
@@ -67,6 +102,18 @@ func (b *bench) runAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// allRestored reports whether every run of steps is recorded in prev.
+func allRestored(steps []*step, prev map[string]saved) bool {
+	for _, s := range steps {
+		for _, r := range s.runs {
+			if _, ok := prev[savedKey(r.ID, r.Peer.Name())]; !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // warmBroker runs an untimed lite load through a real broker before the
@@ -106,6 +153,9 @@ func (b *bench) warmBroker(ctx context.Context) error {
 func (b *bench) plan() []*step {
 	c := b.cfg
 	var steps []*step
+	// profile is the lite dispatch profile of the steps drain adds: the
+	// first of -lite-profiles but for the topics scenario's later ones.
+	profile := c.liteProfiles[0]
 	var drain func(scenario, mode string, conc, rep, k int, peers []peer, window time.Duration, msgs int, delay, invisible time.Duration)
 	drain = func(scenario, mode string, conc, rep, k int, peers []peer, window time.Duration, msgs int, delay, invisible time.Duration) {
 		if len(peers) == 0 {
@@ -121,7 +171,7 @@ func (b *bench) plan() []*step {
 		}
 		id := b.newID()
 		bl := &backlog{Topic: id, Mode: mode, RunID: id, LiteTopics: k}
-		s := &step{backlog: bl}
+		s := &step{backlog: bl, profile: profile}
 		warm := 0
 		for _, p := range shuffled(b.rng, peers) {
 			w := b.warmupFor(p)
@@ -131,7 +181,7 @@ func (b *bench) plan() []*step {
 			warm = max(warm, w)
 			s.runs = append(s.runs, &run{Scenario: scenario, Peer: p, Mode: mode, Concurrency: conc, Rep: rep, LiteTopics: k,
 				Warmup: w, Window: window, HandlerDelay: delay, Invisible: invisible, Backlog: bl, ID: id, Topic: id,
-				Group: id + "-" + p.Program + "-" + p.Variant})
+				Group: id + "-" + p.Program + "-" + p.Variant, Profile: profile})
 		}
 		// Each peer stops at its own warm-up plus the window's messages; the
 		// backlog holds the largest of those plus slack for what a peer
@@ -161,11 +211,23 @@ func (b *bench) plan() []*step {
 			}
 		}
 	}
+	// The topics scenario's steps under the later profiles go to the end of
+	// the plan (appended below), so that the broker changes profile once.
+	var later []*step
 	if b.has(scTopics) {
-		for _, k := range c.topicCounts {
-			drain(scTopics, "lite", c.concurrency, 1, k, b.peersFor("lite", "rmqflow/loop", "rmqflow/runner", "rmqflow/runner-throttle", "raw/raw"),
-				c.window, c.windowMsgs/2, 0, 0)
+		for i, prof := range c.liteProfiles {
+			n := len(steps)
+			profile = prof
+			for _, k := range c.topicCounts {
+				drain(scTopics, "lite", c.concurrency, 1, k, b.peersFor("lite", "rmqflow/loop", "rmqflow/runner", "rmqflow/runner-throttle", "raw/raw"),
+					c.window, c.windowMsgs/2, 0, 0)
+			}
+			if i > 0 {
+				later = append(later, steps[n:]...)
+				steps = steps[:n]
+			}
 		}
+		profile = c.liteProfiles[0]
 	}
 	if b.has(scHandler) {
 		for _, mode := range modes {
@@ -184,7 +246,7 @@ func (b *bench) plan() []*step {
 			for _, mode := range modes {
 				for _, p := range shuffled(b.rng, b.peersFor(mode)) {
 					id := b.newID()
-					steps = append(steps, &step{fraction: frac, runs: []*run{{Scenario: scOpen, Peer: p, Mode: mode,
+					steps = append(steps, &step{fraction: frac, profile: profile, runs: []*run{{Scenario: scOpen, Peer: p, Mode: mode, Profile: profile,
 						Concurrency: c.concurrency, Rep: 1, LiteTopics: c.liteTopics, Window: c.window, Shape: "even",
 						ID: id, Topic: id, Group: id + "-" + p.Program + "-" + p.Variant}}})
 				}
@@ -210,13 +272,13 @@ func (b *bench) plan() []*step {
 				if shape == "hot" {
 					rate += 10 * hotColdRate
 				}
-				steps = append(steps, &step{runs: []*run{{Scenario: scHot, Peer: p, Mode: "lite", Concurrency: 32, Rep: i/2 + 1,
+				steps = append(steps, &step{profile: profile, runs: []*run{{Scenario: scHot, Peer: p, Mode: "lite", Concurrency: 32, Rep: i/2 + 1, Profile: profile,
 					LiteTopics: 100, Window: c.window, Shape: shape, Offered: rate, HandlerDelay: hotHandler,
 					ID: id, Topic: id, Group: id + "-" + p.Program + "-" + p.Variant}}})
 			}
 		}
 	}
-	return steps
+	return append(steps, later...)
 }
 
 // The hot-tenant scenario's load: each cold lite topic's rate (the hot one

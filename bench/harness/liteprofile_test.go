@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLiteSettingsFromScript: the harness reads a profile's values from
+// scripts/rocketmq.sh (the one place they are written down) and gives the
+// emulator the same values; the default profile writes nothing.
+func TestLiteSettingsFromScript(t *testing.T) {
+	repo, err := findRepo("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := profileSettings(repo, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(def) != 0 {
+		t.Errorf("the default profile has settings %v, want none (the 5.5.0 defaults)", def)
+	}
+	many, err := profileSettings(repo, "many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"maxClientEventCount", "liteEventCheckInterval", "liteEventFullDispatchDelayTimeForWildcardGroup"} {
+		if many[k] == "" {
+			t.Errorf("the many profile does not set %s: %v", k, many)
+		}
+	}
+	t.Setenv("RMQ_MAX_CLIENT_EVENT_COUNT", "7") // an override of the caller's is not the profile
+	if again, err := profileSettings(repo, "many"); err != nil || again["maxClientEventCount"] != many["maxClientEventCount"] {
+		t.Errorf("with RMQ_MAX_CLIENT_EVENT_COUNT=7 in the environment the many profile read %v (%v), want %v", again, err, many)
+	}
+	if _, err := profileSettings(repo, "bogus"); err == nil || !strings.Contains(err.Error(), "want default or many") {
+		t.Errorf("an unknown profile: %v, want the script's refusal", err)
+	}
+	opts, ignored, err := fakeLiteOptions(many)
+	if err != nil || len(opts) != 3 {
+		t.Errorf("rmqfake options for %v: %d (%v), want 3", many, len(opts), err)
+	}
+	for _, k := range ignored {
+		if k == "maxClientEventCount" || k == "liteEventCheckInterval" {
+			t.Errorf("%s is modelled by rmqfake but was ignored", k)
+		}
+	}
+	if _, _, err := fakeLiteOptions(map[string]string{"maxClientEventCount": "lots"}); err == nil {
+		t.Error("a value that is not a number was accepted")
+	}
+}
+
+func TestParseLiteSettings(t *testing.T) {
+	conf := "brokerName=broker-a\n# Lite topic TTL\nminLiteTTl=0\n# Lite dispatch (RMQ_LITE_PROFILE=many).\nmaxClientEventCount=20000\n\nliteEventCheckInterval = 1000\n"
+	got := parseLiteSettings(conf)
+	if len(got) != 2 || got["maxClientEventCount"] != "20000" || got["liteEventCheckInterval"] != "1000" {
+		t.Errorf("parsed %v", got)
+	}
+	if got := parseLiteSettings("brokerName=a\nminLiteTTl=0\n"); len(got) != 0 {
+		t.Errorf("a conf without lite dispatch lines parsed as %v", got)
+	}
+	if s := formatLiteSettings(nil); s != "the 5.5.0 defaults" {
+		t.Errorf("formatLiteSettings(nil) = %q", s)
+	}
+}
+
+// TestPlanLiteProfiles: the topics scenario runs once per profile; every
+// other scenario under the first; the later profiles' steps come last, so
+// that the broker changes profile once; cells of different profiles do not
+// mix.
+func TestPlanLiteProfiles(t *testing.T) {
+	cfg, err := parseConfig([]string{"-emulator", "-scenarios", "drain,topics,handler", "-topic-counts", "100,10000", "-peers", "rmqflow/loop,raw/raw", "-seed", "3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.liteProfiles, ",") != "default,many" {
+		t.Fatalf("-lite-profiles defaults to %v, want default,many", cfg.liteProfiles)
+	}
+	b := &bench{cfg: cfg, rng: rand.New(rand.NewPCG(3, 4)), stamp: "0101-000000"}
+	steps := b.plan()
+	keys := map[string]bool{}
+	topics := map[string]int{}
+	seenMany := false
+	for _, s := range steps {
+		for _, r := range s.runs {
+			if r.Profile != s.profile {
+				t.Errorf("run %s has profile %q in a step of %q", r.ID, r.Profile, s.profile)
+			}
+			if keys[r.Key()] && r.Scenario == scTopics {
+				t.Errorf("two topics runs share the key %s", r.Key())
+			}
+			keys[r.Key()] = true
+			if r.Scenario == scTopics {
+				topics[r.Profile]++
+			} else if r.Profile != "default" {
+				t.Errorf("a %s run under %q, want the first profile", r.Scenario, r.Profile)
+			}
+		}
+		if s.profile == "many" {
+			seenMany = true
+		} else if seenMany {
+			t.Errorf("a %q step after the many steps: the broker would change profile twice", s.profile)
+		}
+	}
+	// 2 counts × 2 peers, each peer on the emulator a step of its own.
+	if topics["default"] != 4 || topics["many"] != 4 {
+		t.Errorf("topics runs per profile %v, want 4 each", topics)
+	}
+	if _, err := parseConfig([]string{"-emulator", "-lite-profiles", "many,many"}, io.Discard); err == nil {
+		t.Error("a repeated profile was accepted")
+	}
+}
+
+// TestHarnessLiteProfilesOnEmulator runs the topics scenario under both
+// profiles on the emulator: a new rmqfake with the many profile's values,
+// both runs recorded with their profile, and the side-by-side table.
+func TestHarnessLiteProfilesOnEmulator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the peers: not in -short")
+	}
+	out := t.TempDir()
+	report := filepath.Join(out, "report.md")
+	var stdout, stderr bytes.Buffer
+	// 300 lite topics and 600 messages: beyond the default event set of
+	// 100, so the default run needs full dispatches; the many one not.
+	code := run1([]string{"-emulator", "-scenarios", "topics", "-topic-counts", "300", "-peers", "rmqflow/loop",
+		"-window", "30s", "-window-messages", "1200", "-warmup", "0", "-out", out, "-report", report}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("harness exit %d\nstderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "lite profile many on a new rmqfake: ") || !strings.Contains(stderr.String(), "maxClientEventCount=") {
+		t.Errorf("the log does not say the emulator changed profile:\n%s", stderr.String())
+	}
+	f, err := os.Open(filepath.Join(out, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := map[string]time.Duration{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Profile string `json:"lite_profile"`
+			Result  result `json:"result"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatal(err)
+		}
+		if line.Result.Error != "" || line.Result.Messages <= 0 {
+			t.Errorf("%s: %+v", line.Profile, line.Result)
+		}
+		got[line.Profile] = time.Duration(line.Result.Startup * float64(time.Second))
+	}
+	if len(got) != 2 {
+		t.Fatalf("runs by profile %v, want default and many", got)
+	}
+	rep, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### Side by side", "`many` ÷ `default`", "Lite dispatch profile `many`: ", "maxClientEventCount="} {
+		if !strings.Contains(string(rep), want) {
+			t.Errorf("report lacks %q:\n%s", want, rep)
+		}
+	}
+}
