@@ -104,11 +104,13 @@ type RunnerConfig struct {
 	// waits up to the ack pool's Linger to share an RPC) would otherwise
 	// take the room of the messages that keep the workers busy; and since a
 	// lite topic runs one message at a time, throughput needs many lite
-	// topics held at once. One lite topic never takes more than a receive
-	// batch (SourceConfig.MaxMessageNum) of it: the broker hands out one
-	// batch of a lite topic at a time (docs/broker-semantics.md, scenario
-	// e), so a hot lite topic's backlog stays on the broker and the others
-	// keep their room (TestRunnerHotLiteTopicLeavesRoomForCold).
+	// topics held at once: the default has room for a receive batch of
+	// each of 128 lite topics (see DefaultRunnerMaxHeld). One lite topic
+	// never takes more than a receive batch (SourceConfig.MaxMessageNum) of
+	// it: the broker hands out one batch of a lite topic at a time
+	// (docs/broker-semantics.md, scenario e), so a hot lite topic's backlog
+	// stays on the broker and the others keep their room
+	// (TestRunnerHotLiteTopicLeavesRoomForCold).
 	MaxHeld int
 	// PipelineAcks lets a lite topic's (or message group's) next message
 	// start as soon as its predecessor's handler returned Ack, without
@@ -146,8 +148,18 @@ type RunnerHints struct {
 	Drop string
 }
 
-// DefaultRunnerMaxHeld is the least default of RunnerConfig.MaxHeld.
-const DefaultRunnerMaxHeld = 1024
+// DefaultRunnerMaxHeld is the least default of RunnerConfig.MaxHeld: room
+// for a receive batch (SourceConfig.MaxMessageNum, 32) of each of 128 lite
+// topics at once. The broker hands out one batch of a lite topic at a time,
+// and once the runner's room is used up the source's queue fills and its
+// receives stop, so the lite topics not yet handed out wait on the broker
+// while the workers run the few held, one message at a time each
+// (TestRunnerHoldsABatchOfEveryLiteTopic: 100 lite topics × 32). With 1024,
+// a drain over 100 lite topics (issue 25, point 5) kept the source's queue
+// full and received smaller batches, 0.045 receive RPCs a message against
+// 0.031 at 4096, and ran well below a plain Source loop's rate
+// (docs/benchmarks.md).
+const DefaultRunnerMaxHeld = 4096
 
 func (c RunnerConfig) withDefaults() RunnerConfig {
 	if c.Concurrency == 0 {

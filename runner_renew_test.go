@@ -19,7 +19,7 @@ import (
 // message must be handled once, on its first delivery, and acked.
 //
 // Found by the benchmark's renewal scenario: once the Runner held up to 1024
-// messages, a slow handler let the waiting ones expire, and they came back
+// messages (its default MaxHeld then), a slow handler let the waiting ones expire, and they came back
 // over and over (livelock).
 func TestRunnerRenewsWhatItHolds(t *testing.T) {
 	rmqtest.CheckGoroutines(t)

@@ -174,7 +174,7 @@ func TestFairShareKeepsColdLiteTopicsFlowing(t *testing.T) {
 	}
 }
 
-// TestRunnerConfigMaxHeld: MaxHeld defaults to max(Concurrency × 4, 1024),
+// TestRunnerConfigMaxHeld: MaxHeld defaults to max(Concurrency × 4, 4096),
 // keeps a value set, and refuses a negative one with an *OptionError naming
 // it.
 func TestRunnerConfigMaxHeld(t *testing.T) {
@@ -192,7 +192,7 @@ func TestRunnerConfigMaxHeld(t *testing.T) {
 		want int
 	}{
 		{rmqflow.RunnerConfig{}, rmqflow.DefaultRunnerMaxHeld},
-		{rmqflow.RunnerConfig{Concurrency: 512}, 2048},
+		{rmqflow.RunnerConfig{Concurrency: 2048}, 8192},
 		{rmqflow.RunnerConfig{MaxHeld: 10}, 10},
 	} {
 		r, err := rmqflow.NewRunner(src, h, c.cfg)

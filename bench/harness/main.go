@@ -171,7 +171,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.report, "report", "", "write the Markdown report to `path` (charts beside it)")
 	fs.BoolVar(&c.quick, "quick", false, "a 2-minute smoke run: drain only, one repetition, 3 s windows")
 	scen := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated `scenarios`")
-	peers := fs.String("peers", "", "comma-separated `program/variant` peers (default all; see bench/README.md)")
+	peers := fs.String("peers", "", "comma-separated `program/variant` peers (default all; see bench/README.md); program/variant+name=value passes the peer --name=value and makes it a peer of its own (rmqflow/runner+max-held=1024)")
 	fs.IntVar(&c.reps, "reps", 5, "repetitions of each drain cell")
 	fs.IntVar(&c.sweepReps, "sweep-reps", 1, "repetitions of each sweep cell")
 	fs.IntVar(&c.otherReps, "other-reps", 3, "repetitions of each hot-tenant cell")
@@ -222,13 +222,16 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.peers = allPeers
 	} else {
 		for _, n := range strings.Split(*peers, ",") {
-			ps := findPeers(n)
+			ps, err := findPeers(n)
+			if err != nil {
+				return c, err
+			}
 			if len(ps) == 0 {
 				var names []string
 				for _, p := range allPeers {
 					names = append(names, p.Name())
 				}
-				return c, fmt.Errorf("-peers: unknown %q (want a program, rmqflow, raw, official or java, or one of %s)", n, strings.Join(names, ", "))
+				return c, fmt.Errorf("-peers: unknown %q (want a program, rmqflow, raw, official or java, or one of %s, some with +option=value: bench/README.md)", n, strings.Join(names, ", "))
 			}
 			c.peers = append(c.peers, ps...)
 		}

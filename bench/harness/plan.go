@@ -18,9 +18,40 @@ type peer struct {
 	// not serve yet (its QueryAssignment answers UNIMPLEMENTED): they are
 	// left out of emulator runs.
 	Push bool
+	// Options are the "name=value" options of a -peers entry
+	// ("rmqflow/runner+max-held=1024"), in the order given: each is passed
+	// to the peer as --name=value, and the peer so configured is a peer of
+	// its own (its own name, cells and group).
+	Options []string
 }
 
-func (p peer) Name() string { return p.Program + "/" + p.Variant }
+// Name is "program/variant", then "+name=value" for each option.
+func (p peer) Name() string {
+	n := p.Program + "/" + p.Variant
+	for _, o := range p.Options {
+		n += "+" + o
+	}
+	return n
+}
+
+// slug is the peer's name as it goes into group names and log file names:
+// "program-variant", then "-name-value" for each option.
+func (p peer) slug() string {
+	n := p.Program + "-" + p.Variant
+	for _, o := range p.Options {
+		n += "-" + strings.Replace(o, "=", "-", 1)
+	}
+	return n
+}
+
+// flags are the peer's options as its command-line flags.
+func (p peer) flags() []string {
+	var out []string
+	for _, o := range p.Options {
+		out = append(out, "--"+o)
+	}
+	return out
+}
 
 func (p peer) supports(mode string) bool { return slices.Contains(p.Modes, mode) }
 
@@ -32,18 +63,27 @@ var (
 
 // allPeers is every peer the harness knows, in report order.
 var allPeers = []peer{
-	{"rmqflow", "loop", both, "rmqflow Source + AckAsync", false},
-	{"rmqflow", "runner", both, "rmqflow Runner", false},
-	{"rmqflow", "runner-pipelined", both, "rmqflow Runner, PipelineAcks", false},
-	{"rmqflow", "runner-throttle", lite, "rmqflow Runner + fair-share throttle", false},
-	{"raw", "raw", both, "raw protocol loop (ceiling)", false},
-	{"official", "simple", normal, "official Go SimpleConsumer, parallel acks", false},
-	{"official", "simple-plain", normal, "official Go SimpleConsumer, example loop", false},
-	{"official", "push", normal, "official Go PushConsumer", true},
-	{"official", "lite-push", lite, "official Go LitePushConsumer", true},
-	{"java", "simple", normal, "official Java SimpleConsumer, async", false},
-	{"java", "push", normal, "official Java PushConsumer", true},
-	{"java", "lite-push", lite, "official Java LitePushConsumer", true},
+	{"rmqflow", "loop", both, "rmqflow Source + AckAsync", false, nil},
+	{"rmqflow", "runner", both, "rmqflow Runner", false, nil},
+	{"rmqflow", "runner-pipelined", both, "rmqflow Runner, PipelineAcks", false, nil},
+	{"rmqflow", "runner-throttle", lite, "rmqflow Runner + fair-share throttle", false, nil},
+	{"raw", "raw", both, "raw protocol loop (ceiling)", false, nil},
+	{"official", "simple", normal, "official Go SimpleConsumer, parallel acks", false, nil},
+	{"official", "simple-plain", normal, "official Go SimpleConsumer, example loop", false, nil},
+	{"official", "push", normal, "official Go PushConsumer", true, nil},
+	{"official", "lite-push", lite, "official Go LitePushConsumer", true, nil},
+	{"java", "simple", normal, "official Java SimpleConsumer, async", false, nil},
+	{"java", "push", normal, "official Java PushConsumer", true, nil},
+	{"java", "lite-push", lite, "official Java LitePushConsumer", true, nil},
+}
+
+// peerOptions are the options each peer takes in a -peers entry
+// ("program/variant+name=value"): the names of its flags that an A/B
+// comparison may set (bench/README.md, "Options").
+var peerOptions = map[string][]string{
+	"rmqflow/runner":           {"max-held"},
+	"rmqflow/runner-pipelined": {"max-held"},
+	"rmqflow/runner-throttle":  {"max-held"},
 }
 
 func findPeer(name string) (peer, bool) {
@@ -55,19 +95,49 @@ func findPeer(name string) (peer, bool) {
 	return peer{}, false
 }
 
-// findPeers resolves a -peers entry: "program/variant", or a program name
-// for all its variants.
-func findPeers(name string) []peer {
-	if p, ok := findPeer(name); ok {
-		return []peer{p}
-	}
-	var out []peer
-	for _, p := range allPeers {
-		if p.Program == name && !strings.Contains(name, "/") {
-			out = append(out, p)
+// findPeers resolves a -peers entry: "program/variant", a program name for
+// all its variants, or "program/variant+name=value[+name=value…]": the
+// variant with options (peerOptions says which it takes; a value is letters,
+// digits, '-' and '_', since it goes into the peer's group name). It returns
+// nil for an unknown peer, and an error for an option it does not take.
+func findPeers(entry string) ([]peer, error) {
+	name, opts, hasOpts := strings.Cut(entry, "+")
+	if !hasOpts {
+		if p, ok := findPeer(name); ok {
+			return []peer{p}, nil
 		}
+		var out []peer
+		for _, p := range allPeers {
+			if p.Program == name && !strings.Contains(name, "/") {
+				out = append(out, p)
+			}
+		}
+		return out, nil
 	}
-	return out
+	p, ok := findPeer(name)
+	if !ok {
+		return nil, nil
+	}
+	takes := peerOptions[name]
+	seen := map[string]bool{}
+	for _, o := range strings.Split(opts, "+") {
+		k, v, _ := strings.Cut(o, "=")
+		switch {
+		case !slices.Contains(takes, k):
+			if len(takes) == 0 {
+				return nil, fmt.Errorf("-peers: %q: %s takes no options", entry, name)
+			}
+			return nil, fmt.Errorf("-peers: %q: %s takes the options %s=…, not %q", entry, name, strings.Join(takes, "=…, "), o)
+		case seen[k]:
+			return nil, fmt.Errorf("-peers: %q: option %s given twice", entry, k)
+		case v == "" || strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "":
+			return nil, fmt.Errorf("-peers: %q: option %s wants a value of letters, digits, '-' and '_'", entry, k)
+		}
+		seen[k] = true
+		p.Options = append(p.Options, k+"="+v)
+	}
+	p.Label += ", " + strings.Join(p.flags(), " ")
+	return []peer{p}, nil
 }
 
 // Scenarios (issue 9 §4).

@@ -181,7 +181,7 @@ func (b *bench) plan() []*step {
 			warm = max(warm, w)
 			s.runs = append(s.runs, &run{Scenario: scenario, Peer: p, Mode: mode, Concurrency: conc, Rep: rep, LiteTopics: k,
 				Warmup: w, Window: window, HandlerDelay: delay, Invisible: invisible, Backlog: bl, ID: id, Topic: id,
-				Group: id + "-" + p.Program + "-" + p.Variant, Profile: profile})
+				Group: id + "-" + p.slug(), Profile: profile})
 		}
 		// Each peer stops at its own warm-up plus the window's messages; the
 		// backlog holds the largest of those plus slack for what a peer
@@ -248,7 +248,7 @@ func (b *bench) plan() []*step {
 					id := b.newID()
 					steps = append(steps, &step{fraction: frac, profile: profile, runs: []*run{{Scenario: scOpen, Peer: p, Mode: mode, Profile: profile,
 						Concurrency: c.concurrency, Rep: 1, LiteTopics: c.liteTopics, Window: c.window, Shape: "even",
-						ID: id, Topic: id, Group: id + "-" + p.Program + "-" + p.Variant}}})
+						ID: id, Topic: id, Group: id + "-" + p.slug()}}})
 				}
 			}
 		}
@@ -274,7 +274,7 @@ func (b *bench) plan() []*step {
 				}
 				steps = append(steps, &step{profile: profile, runs: []*run{{Scenario: scHot, Peer: p, Mode: "lite", Concurrency: 32, Rep: i/2 + 1, Profile: profile,
 					LiteTopics: 100, Window: c.window, Shape: shape, Offered: rate, HandlerDelay: hotHandler,
-					ID: id, Topic: id, Group: id + "-" + p.Program + "-" + p.Variant}}})
+					ID: id, Topic: id, Group: id + "-" + p.slug()}}})
 			}
 		}
 	}
@@ -470,7 +470,7 @@ func (b *bench) recordUnlessInterrupted(ctx context.Context, r *run, desc string
 type loadFunc func(ready <-chan struct{}, exited <-chan struct{}) (func() string, error)
 
 func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc) {
-	r.LogPath = filepath.Join(b.cfg.out, "logs", fmt.Sprintf("%03d-%s-%s-%s-%s.log", n, r.Scenario, r.Peer.Program, r.Peer.Variant, r.Mode))
+	r.LogPath = filepath.Join(b.cfg.out, "logs", fmt.Sprintf("%03d-%s-%s-%s.log", n, r.Scenario, r.Peer.slug(), r.Mode))
 	desc := fmt.Sprintf("[%d/%d] %s %s %s c=%d", n, total, r.Scenario, r.Peer.Name(), r.Mode, r.Concurrency)
 	if r.Offered > 0 {
 		desc += fmt.Sprintf(" offered %.0f/s (%s)", r.Offered, r.Shape)

@@ -13,8 +13,9 @@
 //   - runner-throttle: the same Runner with SetThrottle(NewThrottle(FairShare
 //     with its defaults)).
 //
-// Both modes. --fetch overrides the FetchConcurrency. It prints one JSON line
-// on stdout (see bench/README.md).
+// Both modes. --fetch overrides the FetchConcurrency, --max-held the runner
+// variants' RunnerConfig.MaxHeld (0: its default). It prints one JSON line on
+// stdout (see bench/README.md).
 package main
 
 import (
@@ -31,7 +32,7 @@ import (
 	"github.com/rmqflow/rmqflow/bench/internal/peerkit"
 )
 
-var fetchFlag, loopWorkers int
+var fetchFlag, loopWorkers, maxHeld int
 
 func main() {
 	both := []string{"normal", "lite"}
@@ -51,6 +52,7 @@ func main() {
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&fetchFlag, "fetch", 0, "rmqflow: SourceConfig.FetchConcurrency (0: the variant's default, see bench/README.md)")
 			fs.IntVar(&loopWorkers, "loop-workers", 0, "rmqflow loop: goroutines calling Next (0: 1, or --concurrency with --handler-delay)")
+			fs.IntVar(&maxHeld, "max-held", 0, "rmqflow runner*: RunnerConfig.MaxHeld (0: the Runner's default, max(4 × --concurrency, rmqflow.DefaultRunnerMaxHeld))")
 		},
 	})
 }
@@ -93,6 +95,9 @@ func closeSource(src *rmqflow.Source[[]byte]) {
 // loop: Next, then AckAsync; a goroutine per ack waits for its future to
 // tell the tracker when the ack returned.
 func loop(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker) error {
+	if maxHeld != 0 {
+		return errors.New("--max-held applies to the runner variants, not loop")
+	}
 	src, err := newSource(f, &meter{t: t})
 	if err != nil {
 		return err
@@ -186,7 +191,7 @@ func runner(ctx context.Context, f peerkit.Flags, t *peerkit.Tracker, throttled,
 		q.push(d)
 		return rmqflow.Ack(), nil
 	}
-	r, err := rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{Concurrency: f.Concurrency, PipelineAcks: pipelined})
+	r, err := rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{Concurrency: f.Concurrency, PipelineAcks: pipelined, MaxHeld: maxHeld})
 	if err != nil {
 		_ = src.Close(context.Background())
 		return err

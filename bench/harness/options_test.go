@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPeerOptions: "program/variant+name=value" in -peers is the variant with
+// the option: a peer of its own beside the plain variant (its own name, so
+// its own cells, and its own group and log file names), passed to the peer
+// program as --name=value; an option the variant does not take, a bad value
+// or an option given twice is refused.
+func TestPeerOptions(t *testing.T) {
+	c, err := parseConfig([]string{"-emulator", "-peers", "rmqflow/loop,rmqflow/runner,rmqflow/runner+max-held=1024"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range c.peers {
+		names = append(names, p.Name())
+	}
+	if want := []string{"rmqflow/loop", "rmqflow/runner", "rmqflow/runner+max-held=1024"}; !slices.Equal(names, want) {
+		t.Fatalf("peers %q, want %q", names, want)
+	}
+	plain, ab := c.peers[1], c.peers[2]
+	if ab.Program != "rmqflow" || ab.Variant != "runner" || !slices.Equal(ab.flags(), []string{"--max-held=1024"}) || len(plain.flags()) != 0 {
+		t.Errorf("A/B peer %+v (flags %q), plain %+v (flags %q)", ab, ab.flags(), plain, plain.flags())
+	}
+	if plain.slug() != "rmqflow-runner" || ab.slug() != "rmqflow-runner-max-held-1024" {
+		t.Errorf("slugs %q, %q: the two must not share a group", plain.slug(), ab.slug())
+	}
+	if ab.Label != "rmqflow Runner, --max-held=1024" || !ab.supports("lite") || !ab.supports("normal") {
+		t.Errorf("A/B peer %+v", ab)
+	}
+	if r1, r2 := (&run{Peer: plain}), (&run{Peer: ab}); r1.Key() == r2.Key() {
+		t.Errorf("the A/B peer shares the plain variant's cell %q", r1.Key())
+	}
+	for entry, want := range map[string]string{
+		"rmqflow/runner+fetch=2":                    "takes the options max-held=…",
+		"rmqflow/loop+max-held=1024":                "rmqflow/loop takes no options",
+		"rmqflow/runner+max-held=":                  "wants a value",
+		"rmqflow/runner+max-held=1.5":               "wants a value",
+		"rmqflow/runner+max-held=1+max-held=2":      "given twice",
+		"rmqflow/nope+max-held=1":                   "unknown",
+		"rmqflow+max-held=1":                        "unknown",
+		"rmqflow/runner-pipelined+max-held=1024,x":  "unknown",
+		"rmqflow/runner-pipelined+max-held=1024+xx": "takes the options",
+	} {
+		if _, err := parseConfig([]string{"-emulator", "-peers", entry}, io.Discard); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("-peers %s: %v, want an error saying %q", entry, err, want)
+		}
+	}
+
+	// The option reaches the peer's command line (written first in its log).
+	bin, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true(1):", err)
+	}
+	r := &run{Peer: ab, Mode: "lite", ID: "r1", Topic: "t", Group: "g", LiteTopics: 2, LogPath: filepath.Join(t.TempDir(), "peer.log")}
+	sp, err := startPeer(context.Background(), []string{bin}, r, "127.0.0.1:1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.wait(r)
+	log, err := os.ReadFile(r.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(log), "\n")
+	if !strings.Contains(line, " --max-held=1024 ") || !strings.Contains(line, " --variant=runner ") {
+		t.Errorf("peer command line %q, want --max-held=1024 and --variant=runner", line)
+	}
+}
