@@ -2,7 +2,6 @@ package rmqflow_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,22 +29,9 @@ import (
 func TestRunnerParksOnceDespiteFailedAck(t *testing.T) {
 	t.Parallel() // its own emulator; mostly waiting
 	ctx := rmqtest.Context(t, time.Minute)
-	fake := fakeLite(t)
-	must(t, fake.CreateTopic("parked", rmqfake.TopicNormal))
-	must(t, fake.CreateGroup("parked-g"))
-	conn := rmqflow.Connection{Endpoints: fake.Addr()}
-	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
-		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
-	must(t, err)
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
-	must(t, err)
-	defer sink.Close(context.Background())
-	dlq, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "parked"})
-	must(t, err)
-	defer dlq.Close(context.Background())
-	if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "k", Body: []byte("poison")}).Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rig := newParkRig(t, ctx, fakeLite(t))
+	fake := rig.fake
+	rig.write(t, ctx, "poison")
 	var (
 		mu       sync.Mutex
 		failedOn []string // receipt handles of the AckMessage calls failed here
@@ -69,17 +55,12 @@ func TestRunnerParksOnceDespiteFailedAck(t *testing.T) {
 		tookOn = append(tookOn, hs...)
 		return rmqfake.Verdict{}
 	})
-	r, err := rmqflow.NewRunner(src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
-		mu.Lock()
-		calls++
-		mu.Unlock()
-		return rmqflow.Decision{}, errors.New("cannot parse")
-	}, rmqflow.RunnerConfig{ErrorBackoff: 10 * time.Millisecond, ErrorValves: rmqflow.ThrottleConfig{MaxDefers: 1}})
-	must(t, err)
-	park := rmqflow.DeadLetterToSink[string](dlq)
-	r.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[string], cause error) error {
-		err := park(ctx, m, cause)
-		if err == nil {
+	r := rig.failingRunner(t, rmqflow.RunnerConfig{ErrorBackoff: 10 * time.Millisecond, ErrorValves: rmqflow.ThrottleConfig{MaxDefers: 1}},
+		func(*rmqflow.AckableMessage[string]) {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+		}, func() {
 			mu.Lock()
 			parked++
 			if parked == 1 {
@@ -87,9 +68,7 @@ func TestRunnerParksOnceDespiteFailedAck(t *testing.T) {
 				failAcks.Store(3) // the ack that follows fails, retries included
 			}
 			mu.Unlock()
-		}
-		return err
-	})
+		})
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ran := make(chan error, 1)
