@@ -3,6 +3,7 @@ module github.com/rmqflow/rmqflow/integrations/ekuiper
 go 1.26.8
 
 require (
+	github.com/apache/rocketmq-clients/golang/v5 v5.1.4
 	github.com/lf-edge/ekuiper/contract/v2 v2.3.1
 	github.com/lf-edge/ekuiper/v2 v2.4.0
 	github.com/rmqflow/rmqflow v0.0.0
@@ -47,7 +48,6 @@ require (
 	github.com/andybalholm/brotli v1.2.0 // indirect
 	github.com/apache/arrow-go/v18 v18.4.0 // indirect
 	github.com/apache/calcite-avatica-go/v5 v5.3.0 // indirect
-	github.com/apache/rocketmq-clients/golang/v5 v5.1.4 // indirect
 	github.com/apache/thrift v0.23.0 // indirect
 	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
 	github.com/apple/foundationdb/bindings/go v0.0.0-20250221231555-5140696da2df // indirect

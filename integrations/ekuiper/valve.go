@@ -141,13 +141,14 @@ func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.Rece
 var ownReturns = rmqflow.NewReturnTracker(0)
 
 // askGroup asks the broker the settings of the source's consumer group
-// (rmqflow.ReadGroupSettings).
+// (rmqflow.ReadGroupSettings), in a session that announces the stream's
+// filter, as the source's own does.
 func (s *source) askGroup(ctx context.Context) (rmqflow.GroupSettings, error) {
-	conn, group, topic, lite := s.conf.src.Connection, s.conf.src.Group, s.conf.src.Topic, s.conf.src.Mode != rmqflow.ModeSimple
-	if lite {
-		group, topic = s.conf.src.Lite[0].Group, s.conf.src.Lite[0].Topic
+	q := rmqflow.GroupQuery{Group: s.conf.src.Group, Topic: s.conf.src.Topic, Filter: s.conf.src.Filter}
+	if s.conf.src.Mode != rmqflow.ModeSimple {
+		q = rmqflow.GroupQuery{Group: s.conf.src.Lite[0].Group, Topic: s.conf.src.Lite[0].Topic, Lite: true}
 	}
-	return rmqflow.ReadGroupSettings(ctx, conn, group, topic, lite)
+	return rmqflow.ReadGroupSettings(ctx, s.conf.src.Connection, q)
 }
 
 // parkMsg writes m to dead-letter-topic and acks it once the broker stored
