@@ -9,6 +9,7 @@ require (
 	github.com/rmqflow/rmqflow v0.0.0
 	github.com/sirupsen/logrus v1.9.4
 	github.com/valyala/fastjson v1.6.4
+	google.golang.org/grpc v1.80.0
 )
 
 require (
@@ -355,7 +356,6 @@ require (
 	google.golang.org/genproto v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260401024825-9d38bb4040a9 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260401024825-9d38bb4040a9 // indirect
-	google.golang.org/grpc v1.80.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/ini.v1 v1.67.0 // indirect
 	gopkg.in/jcmturner/aescts.v1 v1.0.1 // indirect

@@ -459,6 +459,12 @@ func (s *source) run(ctx context.Context, sctx api.StreamContext, ingest api.Byt
 			}
 			continue
 		}
+		// A message parked before whose ack did not take has its one
+		// copy: it is only acked.
+		if wasParked(m.Handle) {
+			sess.v.ackParked(ctx, sess.src.Acker(), m.Handle)
+			continue
+		}
 		// The throttle may defer a message only while its valve lets it
 		// be returned once more; a message it may not is ingested.
 		if sess.th != nil && !sess.v.fired(m.Handle) {

@@ -68,9 +68,34 @@ type valve struct {
 }
 
 // parked holds the messages every source of the process parked in its
-// dead-letter-topic whose ack has not been seen to take: one that comes
-// back and fails again is acked, not parked a second time.
+// dead-letter-topic whose ack has not been seen to take. One that comes back
+// has its one copy already: it is only acked (ackParked), on arrival, by any
+// source of the process, whatever that source's options (one without
+// dead-letter-topic would otherwise send a second copy where on-valve says);
+// its rows are not handed to the rule again.
 var parked = rmqflow.NewReturnTracker(0)
+
+// wasParked reports whether h's message is in parked.
+func wasParked(h rmqflow.ReceiptHandle) bool { return parked.Returns(h) > 0 }
+
+// ackParked acks h's message, which a source of the process parked in its
+// dead-letter-topic before while the ack did not take: it is neither parked
+// again nor sent where on-valve says. When the ack fails again it is left to
+// come back, and acked then.
+func (v *valve) ackParked(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpTimeout)
+	defer cancel()
+	if err := acker.Ack(cctx, h); err != nil {
+		acker.Leave(h)
+		v.log.Warnf("rocketmq source: message %s (lite topic %q) was parked in a dead-letter-topic before; its ack failed again: it comes back, and is acked then: %v",
+			h.MessageID, h.LiteTopic, err)
+		return
+	}
+	parked.Forget(h)
+	v.returns.Forget(h)
+	v.log.Warnf("rocketmq source: message %s (lite topic %q) was parked in a dead-letter-topic before, and its ack did not take then: acked now, not handed to the rule again",
+		h.MessageID, h.LiteTopic)
+}
 
 // limit is the own delivery count at which the valve fires for h.
 func (v *valve) limit(h rmqflow.ReceiptHandle) int32 {
@@ -100,7 +125,11 @@ const giveUpTimeout = 30 * time.Second
 // keeps it then), or else it goes where on-valve says. acker is the
 // source's.
 func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte]) {
-	if parked.Returns(h) == 0 && !v.fired(h) {
+	if wasParked(h) {
+		v.ackParked(ctx, acker, h)
+		return
+	}
+	if !v.fired(h) {
 		v.returned(h)
 		acker.Leave(h)
 		return
@@ -153,19 +182,17 @@ func (s *source) askGroup(ctx context.Context) (rmqflow.GroupSettings, error) {
 
 // parkMsg writes m to dead-letter-topic and acks it once the broker stored
 // the copy. When the write fails nothing is acked: m comes back, and is
-// parked when it fails again. A message parked before whose ack did not
-// take is only acked.
+// parked when it fails again. When the ack fails m is in parked: it comes
+// back, and is only acked then (ackParked).
 func (v *valve) parkMsg(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte], own, limit int32) {
-	if parked.Returns(h) == 0 {
-		cause := fmt.Errorf("rocketmq source: failed %d times in the rule's sinks (valve at %d)", own, limit)
-		if err := v.park(ctx, m, cause); err != nil {
-			acker.Leave(h)
-			v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: parking it in dead-letter-topic %s failed, it comes back: %v",
-				h.MessageID, h.LiteTopic, own, v.parkTopic, err)
-			return
-		}
-		parked.Add(h)
+	cause := fmt.Errorf("rocketmq source: failed %d times in the rule's sinks (valve at %d)", own, limit)
+	if err := v.park(ctx, m, cause); err != nil {
+		acker.Leave(h)
+		v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: parking it in dead-letter-topic %s failed, it comes back: %v",
+			h.MessageID, h.LiteTopic, own, v.parkTopic, err)
+		return
 	}
+	parked.Add(h)
 	if err := acker.Ack(ctx, h); err != nil {
 		v.log.Warnf("rocketmq source: message %s (lite topic %q) is parked in dead-letter-topic %s, but its ack failed: it comes back, and is acked then: %v",
 			h.MessageID, h.LiteTopic, v.parkTopic, err)
