@@ -361,9 +361,15 @@ func (s *source) open(ctx context.Context) (*session, error) {
 	}
 	var dlq *rmqflow.Sink
 	if t := s.conf.deadLetterTopic; t != "" {
-		// Opened before the source starts: a topic the broker refuses
-		// fails the rule before any message is received.
+		// Opened and checked before the source starts: a topic the broker
+		// refuses, or one that cannot store a parked copy (a LITE or FIFO
+		// topic), fails the rule before any message is received.
 		sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: s.conf.src.Connection, Topic: t})
+		if err == nil {
+			if err = rmqflow.CheckDeadLetterSink(ctx, sink); err != nil {
+				_ = sink.Close(context.WithoutCancel(ctx))
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rocketmq: dead-letter-topic %s: %w", t, err)
 		}

@@ -92,7 +92,7 @@ func (v *valve) ackParked(ctx context.Context, acker *rmqflow.Acker, h rmqflow.R
 		return
 	}
 	parked.Forget(h)
-	v.returns.Forget(h)
+	v.forget(h)
 	v.log.Warnf("rocketmq source: message %s (lite topic %q) was parked in a dead-letter-topic before, and its ack did not take then: acked now, not handed to the rule again",
 		h.MessageID, h.LiteTopic)
 }
@@ -116,14 +116,26 @@ func (v *valve) fired(h rmqflow.ReceiptHandle) bool { return v.own(h) >= v.limit
 // returned counts a return of h's message.
 func (v *valve) returned(h rmqflow.ReceiptHandle) { v.returns.Add(h) }
 
+// maxParkFailures is how many failed parks in dead-letter-topic a message
+// gets before it goes where on-valve says instead: a topic that refuses
+// every copy (one the check at start could not see: its type or its ACL
+// changed since) must not keep the message, and its lite topic, coming back
+// until the broker's own limit.
+const maxParkFailures = 3
+
+// parkFailures counts each message's failed parks in this process (a
+// restarted rule keeps them).
+var parkFailures = rmqflow.NewReturnTracker(0)
+
 // giveUpTimeout bounds the RPC that moves (or acks) a message given up on.
 const giveUpTimeout = 30 * time.Second
 
 // failed gives back h's message, whose rows failed in an acking sink: it is
 // left to come back when its invisibility ends, unless its valve fired; then
 // it is parked in dead-letter-topic when set (m is the message; the ledger
-// keeps it then), or else it goes where on-valve says. acker is the
-// source's.
+// keeps it then) and its parks did not fail maxParkFailures times, or else
+// it goes where on-valve says. A message parked before is only acked.
+// acker is the source's.
 func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte]) {
 	if wasParked(h) {
 		v.ackParked(ctx, acker, h)
@@ -137,22 +149,28 @@ func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.Rece
 	own, limit := v.own(h), v.limit(h)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveUpTimeout)
 	defer cancel()
-	if v.park != nil && m != nil {
+	if v.park != nil && m != nil && parkFailures.Returns(h) < maxParkFailures {
 		v.parkMsg(cctx, acker, h, m, own, limit)
 		return
 	}
+	v.giveUp(cctx, acker, h, own, limit)
+}
+
+// giveUp sends h's message, whose valve fired at limit after own
+// deliveries, where on-valve says.
+func (v *valve) giveUp(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, own, limit int32) {
 	if v.onValve == rmqflow.ValveAck {
-		if err := acker.Ack(cctx, h); err != nil {
+		if err := acker.Ack(ctx, h); err != nil {
 			v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: acking it as on-valve %s asks failed, it comes back: %v",
 				h.MessageID, h.LiteTopic, own, OnValveAck, err)
 			return
 		}
-		v.returns.Forget(h)
+		v.forget(h)
 		v.log.Errorf("rocketmq source: message %s (lite topic %q) failed %d times (valve at %d): acked and dropped, as on-valve %s asks",
 			h.MessageID, h.LiteTopic, own, limit, OnValveAck)
 		return
 	}
-	if err := acker.DeadLetter(cctx, h); err != nil {
+	if err := acker.DeadLetter(ctx, h); err != nil {
 		// Nothing acked: it comes back, and the broker's own limit
 		// takes it to the same queue.
 		acker.Leave(h)
@@ -160,9 +178,23 @@ func (v *valve) failed(ctx context.Context, acker *rmqflow.Acker, h rmqflow.Rece
 			h.MessageID, h.LiteTopic, own, h.Group, err)
 		return
 	}
-	v.returns.Forget(h)
+	v.forget(h)
 	v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times (valve at %d): moved to the dead-letter queue %%DLQ%%%s",
 		h.MessageID, h.LiteTopic, own, limit, h.Group)
+}
+
+// forget drops what the process counts of h's message, settled now.
+func (v *valve) forget(h rmqflow.ReceiptHandle) {
+	v.returns.Forget(h)
+	parkFailures.Forget(h)
+}
+
+// onValveName is on-valve's value.
+func (v *valve) onValveName() string {
+	if v.onValve == rmqflow.ValveAck {
+		return OnValveAck
+	}
+	return OnValveDeadLetterQueue
 }
 
 // ownReturns holds the returns every source of the process counts (a
@@ -187,11 +219,18 @@ func (s *source) askGroup(ctx context.Context) (rmqflow.GroupSettings, error) {
 func (v *valve) parkMsg(ctx context.Context, acker *rmqflow.Acker, h rmqflow.ReceiptHandle, m *rmqflow.AckableMessage[[]byte], own, limit int32) {
 	cause := fmt.Errorf("rocketmq source: failed %d times in the rule's sinks (valve at %d)", own, limit)
 	if err := v.park(ctx, m, cause); err != nil {
+		if parkFailures.Add(h); parkFailures.Returns(h) >= maxParkFailures {
+			v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: parking it in dead-letter-topic %s failed %d times, it goes where on-valve says (%s) instead: %v",
+				h.MessageID, h.LiteTopic, own, v.parkTopic, maxParkFailures, v.onValveName(), err)
+			v.giveUp(ctx, acker, h, own, limit)
+			return
+		}
 		acker.Leave(h)
 		v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times: parking it in dead-letter-topic %s failed, it comes back: %v",
 			h.MessageID, h.LiteTopic, own, v.parkTopic, err)
 		return
 	}
+	parkFailures.Forget(h)
 	parked.Add(h)
 	if err := acker.Ack(ctx, h); err != nil {
 		v.log.Warnf("rocketmq source: message %s (lite topic %q) is parked in dead-letter-topic %s, but its ack failed: it comes back, and is acked then: %v",
@@ -199,7 +238,7 @@ func (v *valve) parkMsg(ctx context.Context, acker *rmqflow.Acker, h rmqflow.Rec
 		return
 	}
 	parked.Forget(h)
-	v.returns.Forget(h)
+	v.forget(h)
 	v.log.Warnf("rocketmq source: message %s (lite topic %q) failed %d times (valve at %d): parked in dead-letter-topic %s and acked",
 		h.MessageID, h.LiteTopic, own, limit, v.parkTopic)
 }
