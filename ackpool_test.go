@@ -529,6 +529,9 @@ func TestAckPoolBatchesWhileSlotsBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Release(context.Background())
+	// A test that ends early lets every held RPC go before the pool's
+	// release (deferred calls run last first), which would wait for them.
+	defer close(release)
 	ctx := rmqtest.Context(t, 30*time.Second)
 	wire := func() int {
 		t.Helper()

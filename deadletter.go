@@ -2,8 +2,10 @@ package rmqflow
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/rmqflow/rmqflow/client"
 )
@@ -65,4 +67,32 @@ func DeadLetterToSink[T any](s *Sink) DeadLetterFunc[T] {
 			Body: m.Meta.Body}).Wait(ctx)
 		return err
 	}
+}
+
+// CheckDeadLetterSink asks the broker whether s's topic takes the copies
+// DeadLetterToSink writes through s, and returns an error that says why not
+// otherwise: a copy has no message group and no delivery time, and a lite
+// topic only when SinkConfig.LiteTopic is set, so s's topic must accept
+// NORMAL messages, or LITE ones with SinkConfig.LiteTopic. A topic the
+// broker names no type for passes. Call it before parking anything: every
+// copy would fail otherwise, and a message whose parks keep failing comes
+// back until something else gives up on it.
+func CheckDeadLetterSink(ctx context.Context, s *Sink) error {
+	types, err := s.TopicTypes(ctx)
+	if err != nil || len(types) == 0 {
+		return err
+	}
+	want, why := MessageNormal, "a parked copy has no lite topic (SinkConfig.LiteTopic) and no message group"
+	if s.cfg.LiteTopic != "" {
+		want, why = MessageLite, "a parked copy has a lite topic (SinkConfig.LiteTopic)"
+	}
+	if slices.Contains(types, want) {
+		return nil
+	}
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = string(t)
+	}
+	return fmt.Errorf("rmqflow: dead-letter topic %s accepts %s messages only: %s, so the broker would refuse it; name a %s topic",
+		s.cfg.Topic, strings.Join(names, ", "), why, want)
 }

@@ -2,7 +2,6 @@ package rmqflow_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -25,21 +24,12 @@ func TestDeadLetterToSinkParksDLQCopyOnce(t *testing.T) {
 	fake := rmqfake.NewForTest(t, rmqfake.FastLiteDispatch())
 	must(t, fake.CreateTopic("main", rmqfake.TopicLite))
 	must(t, fake.CreateGroup("g", rmqfake.LiteBind("main"), rmqfake.Wildcard(), rmqfake.RetryMax(1)))
-	must(t, fake.CreateTopic("parked", rmqfake.TopicNormal))
-	must(t, fake.CreateGroup("parked-g"))
-	conn := rmqflow.Connection{Endpoints: fake.Addr()}
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
-	must(t, err)
-	defer sink.Close(context.Background())
-	if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "k", Body: []byte("poison")}).Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rig := newParkRig(t, ctx, fake)
+	rig.write(t, ctx, "poison")
 
 	// A previous process: received twice and never acked (released here to
 	// be quick); the broker's retry limit (1) moves it to %DLQ%g.
-	pre, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
-		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
-	must(t, err)
+	pre := rig.source(t)
 	must(t, pre.Start(ctx))
 	for range 2 {
 		m, err := pre.Next(ctx)
@@ -48,42 +38,25 @@ func TestDeadLetterToSinkParksDLQCopyOnce(t *testing.T) {
 	}
 	must(t, pre.Close(ctx))
 
-	dlq, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "parked"})
-	must(t, err)
-	defer dlq.Close(context.Background())
-	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
-		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
-	must(t, err)
 	var (
-		mu    sync.Mutex
-		trace []string
+		mu     sync.Mutex
+		trace  []string
+		parked int
 	)
-	r, err := rmqflow.NewRunner(src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+	r := rig.failingRunner(t, rmqflow.RunnerConfig{ErrorBackoff: 10 * time.Millisecond}, func(m *rmqflow.AckableMessage[string]) {
 		mu.Lock()
 		trace = append(trace, m.Meta.Topic)
 		mu.Unlock()
-		return rmqflow.Decision{}, errors.New("cannot parse")
-	}, rmqflow.RunnerConfig{ErrorBackoff: 10 * time.Millisecond})
-	must(t, err)
-	parked := 0
-	var pmu sync.Mutex
-	park := rmqflow.DeadLetterToSink[string](dlq)
-	r.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[string], cause error) error {
-		err := park(ctx, m, cause)
-		if err == nil {
-			pmu.Lock()
-			parked++
-			pmu.Unlock()
-		}
-		return err
+	}, func() {
+		mu.Lock()
+		parked++
+		mu.Unlock()
 	})
 	rctx, stop := context.WithTimeout(ctx, 35*time.Second)
 	defer stop()
 	must(t, r.Run(rctx))
 	mu.Lock()
 	defer mu.Unlock()
-	pmu.Lock()
-	defer pmu.Unlock()
 	t.Logf("handler runs (topic): %v", trace)
 	if parked != 1 {
 		t.Errorf("one message written to the dead-letter sink %d times in 35 s, want once", parked)

@@ -2,14 +2,13 @@ package rmqflow_test
 
 import (
 	"context"
-	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
-	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // TestDeadLetterToSinkDropsSystemProperties: DeadLetterToSink does not copy
@@ -22,35 +21,12 @@ import (
 // checks the properties themselves.
 func TestDeadLetterToSinkDropsSystemProperties(t *testing.T) {
 	ctx := rmqtest.Context(t, time.Minute)
-	fake := fakeLite(t)
-	must(t, fake.CreateTopic("parked", rmqfake.TopicNormal))
-	must(t, fake.CreateGroup("parked-g"))
-	conn := rmqflow.Connection{Endpoints: fake.Addr()}
-	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
-		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
-	must(t, err)
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
-	must(t, err)
-	defer sink.Close(context.Background())
-	dlq, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "parked"})
-	must(t, err)
-	defer dlq.Close(context.Background())
-	if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "k", Body: []byte("poison")}).Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rig := newParkRig(t, ctx, fakeLite(t))
+	rig.write(t, ctx, "poison")
 	parkedOnce := make(chan struct{})
-	r, err := rmqflow.NewRunner(src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
-		return rmqflow.Decision{}, errors.New("cannot parse")
-	}, rmqflow.RunnerConfig{ErrorBackoff: 10 * time.Millisecond, ErrorValves: rmqflow.ThrottleConfig{MaxDefers: 1}})
-	must(t, err)
-	park := rmqflow.DeadLetterToSink[string](dlq)
-	r.SetDeadLetter(func(ctx context.Context, m *rmqflow.AckableMessage[string], cause error) error {
-		err := park(ctx, m, cause)
-		if err == nil {
-			close(parkedOnce)
-		}
-		return err
-	})
+	var once sync.Once
+	r := rig.failingRunner(t, rmqflow.RunnerConfig{ErrorBackoff: 10 * time.Millisecond, ErrorValves: rmqflow.ThrottleConfig{MaxDefers: 1}},
+		nil, func() { once.Do(func() { close(parkedOnce) }) })
 	rctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- r.Run(rctx) }()
@@ -61,13 +37,7 @@ func TestDeadLetterToSinkDropsSystemProperties(t *testing.T) {
 	}
 	stop()
 	must(t, <-ran)
-	parked, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Mode: rmqflow.ModeSimple, Topic: "parked", Group: "parked-g",
-		AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
-	must(t, err)
-	defer parked.Close(context.Background())
-	must(t, parked.Start(ctx))
-	m, err := parked.Next(ctx)
-	must(t, err)
+	m := rig.readParked(t, ctx)
 	for k, v := range m.Meta.Properties {
 		if client.IsSystemProperty(k) {
 			t.Errorf("the parked copy carries the broker-reserved property %s=%q", k, v)

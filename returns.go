@@ -107,13 +107,30 @@ type GroupSettings struct {
 // readGroupTimeout bounds ReadGroupSettings when ctx has no deadline.
 const readGroupTimeout = 30 * time.Second
 
-// ReadGroupSettings asks the broker what it says of group: it opens a
-// consumer session of group on topic (a lite one on the LITE main topic
-// when lite), without syncing a lite subscription or receiving, reads the
-// settings the broker answers with, and closes it. It takes at most 30 s
-// when ctx has no deadline. A Runner reads its group's settings from its own
-// source; this is for a stage that has none, such as an engine's retry step.
-func ReadGroupSettings(ctx context.Context, conn Connection, group, topic string, lite bool) (GroupSettings, error) {
+// GroupQuery names the consumer session ReadGroupSettings opens.
+type GroupQuery struct {
+	// Group is the consumer group.
+	Group string
+	// Topic is the topic the group consumes: its LITE main topic when Lite.
+	Topic string
+	// Lite opens a lite consumer session (a lite group, bound to Topic).
+	Lite bool
+	// Filter is the group's filter on Topic (SourceConfig.Filter; simple
+	// mode only; zero: every message). Give the filter the group's sources
+	// use: the session announces its subscription to the broker, as theirs
+	// do, and one without it would announce every message (TAG "*") for
+	// the group.
+	Filter client.Filter
+}
+
+// ReadGroupSettings asks the broker what it says of q's group: it opens a
+// consumer session of the group on q's topic (a lite one on the LITE main
+// topic when q.Lite; with q.Filter), without syncing a lite subscription or
+// receiving, reads the settings the broker answers with, and closes it. It
+// takes at most 30 s when ctx has no deadline. A Runner reads its group's
+// settings from its own source; this is for a stage that has none, such as
+// an engine's retry step.
+func ReadGroupSettings(ctx context.Context, conn Connection, q GroupQuery) (GroupSettings, error) {
 	if err := conn.validate(); err != nil {
 		return GroupSettings{}, err
 	}
@@ -131,13 +148,13 @@ func ReadGroupSettings(ctx context.Context, conn Connection, group, topic string
 		defer cancel()
 		_ = c.Close(cctx)
 	}()
-	sc := client.SessionConfig{Type: client.SimpleConsumer, Group: group, Subscriptions: []client.Subscription{{Topic: topic}}}
-	if lite {
+	sc := client.SessionConfig{Type: client.SimpleConsumer, Group: q.Group, Subscriptions: []client.Subscription{{Topic: q.Topic, Filter: q.Filter}}}
+	if q.Lite {
 		sc.Type = client.LiteSimpleConsumer
 	}
 	sess, err := c.OpenSession(ctx, sc)
 	if err != nil {
-		return GroupSettings{}, fmt.Errorf("rmqflow: reading the settings of group %s: %w", group, err)
+		return GroupSettings{}, fmt.Errorf("rmqflow: reading the settings of group %s: %w", q.Group, err)
 	}
 	st := sess.Settings()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -3,10 +3,14 @@ package rmqflow_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/client"
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
@@ -82,15 +86,63 @@ func TestReadGroupSettings(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	conn := rmqflow.Connection{Endpoints: fake.Addr()}
-	g, err := rmqflow.ReadGroupSettings(ctx, conn, "rg-g", "rg", true)
+	g, err := rmqflow.ReadGroupSettings(ctx, conn, rmqflow.GroupQuery{Group: "rg-g", Topic: "rg", Lite: true})
 	if err != nil || g != (rmqflow.GroupSettings{MaxDeliveryAttempts: 4}) {
 		t.Errorf("lite group: %+v, %v; want 4 deliveries, not FIFO", g, err)
 	}
-	g, err = rmqflow.ReadGroupSettings(ctx, conn, "rg-fifo-g", "rg-fifo", false)
+	g, err = rmqflow.ReadGroupSettings(ctx, conn, rmqflow.GroupQuery{Group: "rg-fifo-g", Topic: "rg-fifo"})
 	if err != nil || g != (rmqflow.GroupSettings{MaxDeliveryAttempts: 8, FIFO: true}) {
 		t.Errorf("FIFO group: %+v, %v; want 8 deliveries, FIFO", g, err)
 	}
-	if _, err := rmqflow.ReadGroupSettings(ctx, rmqflow.Connection{}, "rg-g", "rg", true); err == nil {
+	if _, err := rmqflow.ReadGroupSettings(ctx, rmqflow.Connection{}, rmqflow.GroupQuery{Group: "rg-g", Topic: "rg", Lite: true}); err == nil {
 		t.Error("no endpoints: no error")
+	}
+}
+
+// TestReadGroupSettingsFilter: the session ReadGroupSettings opens announces
+// the group's filter it was given (GroupQuery.Filter), as the group's own
+// sources do, not every message (TAG "*") for the group, which a first
+// version announced whatever the sources filter on.
+func TestReadGroupSettingsFilter(t *testing.T) {
+	fake := rmqfake.NewForTest(t)
+	must(t, fake.CreateTopic("rgf", rmqfake.TopicNormal))
+	must(t, fake.CreateGroup("rgf-g"))
+	subs := announced(fake)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	conn := rmqflow.Connection{Endpoints: fake.Addr()}
+	for _, f := range []client.Filter{client.SQLFilter("region = 'eu'"), client.TagFilter("a||b")} {
+		if _, err := rmqflow.ReadGroupSettings(ctx, conn, rmqflow.GroupQuery{Group: "rgf-g", Topic: "rgf", Filter: f}); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("rgf-g rgf %v %s", v2.FilterType(f.Type), f.Expression)
+		if got := subs(); len(got) == 0 || got[len(got)-1] != want {
+			t.Errorf("subscriptions announced %q: want the last %q", got, want)
+		}
+	}
+}
+
+// announced records the subscriptions the clients of fake announce in their
+// settings, as "group topic type expression", and returns what it recorded
+// so far.
+func announced(fake *rmqfake.Server) func() []string {
+	var (
+		mu   sync.Mutex
+		subs []string
+	)
+	fake.Intercept("Telemetry", func(c rmqfake.Call) rmqfake.Verdict {
+		sub := c.Request.(*v2.TelemetryCommand).GetSettings().GetSubscription()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range sub.GetSubscriptions() {
+			subs = append(subs, fmt.Sprintf("%s %s %v %s", sub.GetGroup().GetName(), e.GetTopic().GetName(),
+				e.GetExpression().GetType(), e.GetExpression().GetExpression()))
+		}
+		return rmqfake.Verdict{}
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), subs...)
 	}
 }

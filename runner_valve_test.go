@@ -142,26 +142,12 @@ func TestRunnerJudgesByOwnFailures(t *testing.T) {
 func TestDeadLetterToSink(t *testing.T) {
 	rmqtest.CheckGoroutines(t)
 	ctx := rmqtest.Context(t, time.Minute)
-	fake := fakeLite(t)
-	must(t, fake.CreateTopic("parked", rmqfake.TopicNormal))
-	must(t, fake.CreateGroup("parked-g"))
-	conn := rmqflow.Connection{Endpoints: fake.Addr()}
-	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Lite: []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
-		AwaitDuration: 5 * time.Second, InvisibleDuration: 10 * time.Second}, rmqflow.StringDecoder())
-	must(t, err)
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "main"})
-	must(t, err)
-	defer sink.Close(context.Background())
-	dlq, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: "parked"})
-	must(t, err)
-	defer dlq.Close(context.Background())
+	rig := newParkRig(t, ctx, fakeLite(t))
 	for _, b := range []string{"poison", "fine"} {
-		if _, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "k", Keys: []string{"key-" + b}, Body: []byte(b)}).Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
+		rig.write(t, ctx, b, "key-"+b)
 	}
 	fine := make(chan struct{})
-	r, err := rmqflow.NewRunner(src, func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+	r, err := rmqflow.NewRunner(rig.source(t), func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
 		if m.Value == "poison" {
 			return rmqflow.Decision{}, errors.New("cannot parse")
 		}
@@ -169,7 +155,7 @@ func TestDeadLetterToSink(t *testing.T) {
 		return rmqflow.Ack(), nil
 	}, rmqflow.RunnerConfig{ErrorBackoff: 10 * time.Millisecond, ErrorValves: rmqflow.ThrottleConfig{MaxDefers: 2}})
 	must(t, err)
-	r.SetDeadLetter(rmqflow.DeadLetterToSink[string](dlq))
+	r.SetDeadLetter(rmqflow.DeadLetterToSink[string](rig.dlq))
 	rctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- r.Run(rctx) }()
@@ -181,20 +167,13 @@ func TestDeadLetterToSink(t *testing.T) {
 	stop()
 	must(t, <-ran)
 
-	parked, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: conn, Mode: rmqflow.ModeSimple, Topic: "parked", Group: "parked-g",
-		AwaitDuration: 5 * time.Second}, rmqflow.StringDecoder())
-	must(t, err)
-	defer parked.Close(context.Background())
-	must(t, parked.Start(ctx))
-	m, err := parked.Next(ctx)
-	must(t, err)
+	m := rig.readParked(t, ctx)
 	p := m.Meta.Properties
 	if m.Value != "poison" || p[rmqflow.PropertyDeadLetterLiteTopic] != "k" || p[rmqflow.PropertyDeadLetterOrigin] != "main" ||
 		p[rmqflow.PropertyDeadLetterCause] != "cannot parse" || p[rmqflow.PropertyDeadLetterMessageID] == "" || fmt.Sprint(m.Meta.Keys) != "[key-poison]" {
 		t.Errorf("parked copy: body %q keys %v properties %v", m.Value, m.Meta.Keys, p)
 	}
-	must(t, parked.Acker().Ack(ctx, m.Handle))
-	if c := fake.Stats().Topics["main"].Counts; c.Backlog != 0 || c.InFlight != 0 || c.DeadLettered != 0 || c.Acked != 2 {
+	if c := rig.fake.Stats().Topics["main"].Counts; c.Backlog != 0 || c.InFlight != 0 || c.DeadLettered != 0 || c.Acked != 2 {
 		t.Errorf("main topic counts %+v: want both acked, nothing in the broker's DLQ", c)
 	}
 }

@@ -578,3 +578,31 @@ func (s *Sink) finish(ps []pendingSend, err error) {
 		p.f.settle()
 	}
 }
+
+// MessageType is a type of message a topic accepts (the broker's topic
+// attribute message.type), as the topic's route names it.
+type MessageType string
+
+// The message types a route names.
+const (
+	MessageNormal      MessageType = "NORMAL"
+	MessageFIFO        MessageType = "FIFO"
+	MessageDelay       MessageType = "DELAY"
+	MessageTransaction MessageType = "TRANSACTION"
+	MessageLite        MessageType = "LITE"
+)
+
+// TopicTypes asks the broker which message types s's topic accepts: the
+// accept_message_types of its route's queues. It is empty when the broker
+// names none.
+func (s *Sink) TopicTypes(ctx context.Context) ([]MessageType, error) {
+	names, err := s.c.TopicMessageTypes(ctx, s.cfg.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("rmqflow: sink %s: %w", s.cfg.Topic, err)
+	}
+	types := make([]MessageType, len(names))
+	for i, n := range names {
+		types[i] = MessageType(n)
+	}
+	return types, nil
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -313,6 +314,25 @@ func (c *Client) QueryRoute(ctx context.Context, topic string) ([]*v2.MessageQue
 		return nil, err
 	}
 	return resp.GetMessageQueues(), nil
+}
+
+// TopicMessageTypes returns the message types topic accepts, as its route
+// names them (accept_message_types: "NORMAL", "FIFO", "DELAY",
+// "TRANSACTION", "LITE"), each once; none when the route names none.
+func (c *Client) TopicMessageTypes(ctx context.Context, topic string) ([]string, error) {
+	qs, err := c.QueryRoute(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	var types []string
+	for _, q := range qs {
+		for _, t := range q.GetAcceptMessageTypes() {
+			if n := t.String(); t != v2.MessageType_MESSAGE_TYPE_UNSPECIFIED && !slices.Contains(types, n) {
+				types = append(types, n)
+			}
+		}
+	}
+	return types, nil
 }
 
 // route returns the cached route of topic, refreshing it when stale.

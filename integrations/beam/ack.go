@@ -112,6 +112,7 @@ var (
 type pendingAck struct {
 	at                   beam.EventTime
 	id, topic, liteTopic string
+	endpoints            string // where the ack goes: the handle's access point
 	dead                 bool
 	f                    *rmqflow.AckFuture
 }
@@ -132,7 +133,7 @@ func (b *bundleAcks) add(ctx context.Context, at beam.EventTime, handle []byte, 
 		ackFailures.Inc(ctx, 1)
 		return &who
 	}
-	b.pending = append(b.pending, pendingAck{at: at, id: h.MessageID, topic: h.Topic, liteTopic: h.LiteTopic,
+	b.pending = append(b.pending, pendingAck{at: at, id: h.MessageID, topic: h.Topic, liteTopic: h.LiteTopic, endpoints: h.Endpoints,
 		dead: who.DeadLettered || strings.HasPrefix(h.Topic, "%DLQ%"), f: b.pool.AckAsync(context.WithoutCancel(ctx), h)})
 	return nil
 }
@@ -141,16 +142,18 @@ func (b *bundleAcks) add(ctx context.Context, at beam.EventTime, handle []byte, 
 // first it returns ctx's error: the runner retries the bundle, whose acks
 // that went through are then sent again (the broker answers OK to an
 // already-acked handle: docs/broker-semantics.md, scenario h). An ack the
-// broker refused for the connection's credentials fails the bundle, and so
-// the job, with an error that says so: it is no message's failure, and
-// every other ack would be refused alike.
+// broker refused for the connection's credentials fails the bundle with an
+// error that says so and names the endpoint the ack went to (the handle's):
+// it is no message's failure, and every other ack would be refused alike.
+// Prism then fails the job; a Dataflow streaming job retries the bundle
+// without end, and stalls there until the credentials are fixed.
 func (b *bundleAcks) finish(ctx context.Context, emit func(beam.EventTime, AckFailure)) error {
 	defer func() { b.pending = b.pending[:0] }()
 	for _, p := range b.pending {
 		select {
 		case <-p.f.Done():
 			if err := p.f.Err(); err != nil {
-				if r := refused(b.conn, err); r != err {
+				if r := refused(b.conn, p.endpoints, err); r != err {
 					return r
 				}
 				ackFailures.Inc(ctx, 1)

@@ -1,6 +1,7 @@
 package rmqio
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 
+	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
@@ -33,5 +35,33 @@ func TestReadRefusedCredentials(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "refused the credentials of RMQIO_AUTH_AK and RMQIO_AUTH_SK") {
 		t.Errorf("job error %q: want rmqio's, naming the refused credentials", msg)
+	}
+}
+
+// TestAckRefusedNamesItsEndpoint: an Ack the broker refuses for the
+// credentials fails the bundle, and on Prism the job, with an error naming
+// the endpoint the ack went to, the handle's (where its message was read),
+// not AckConfig's Connection.Endpoints, which may list other access points
+// (before: it named that list).
+func TestAckRefusedNamesItsEndpoint(t *testing.T) {
+	s := rmqfake.NewForTest(t, rmqfake.WithProjectFixtures(), rmqfake.Credentials("rmqio-ak", "right-secret"))
+	closeReaders(t)
+	t.Setenv("RMQIO_AUTH_AK", "rmqio-ak")
+	t.Setenv("RMQIO_AUTH_SK", "wrong-secret")
+	h := rmqflow.ReceiptHandle{Endpoints: s.Addr(), Group: "rmqflow-beam-a-g", Topic: "rmqflow-beam-a", LiteTopic: "l",
+		MessageID: "01REFUSED", Handle: "refused-handle", DeliveryAttempt: 1}
+	b, err := h.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pool may ack at both access points; this handle's is the second.
+	conn := Connection{Endpoints: "127.0.0.1:1;" + s.Addr(), AccessKeyEnv: "RMQIO_AUTH_AK", SecretKeyEnv: "RMQIO_AUTH_SK"}
+	p, sc := beam.NewPipelineWithRoot()
+	Ack(sc, AckConfig{Connection: conn}, beam.Create(sc, AckableMessage{Topic: h.Topic, LiteTopic: h.LiteTopic, MessageID: h.MessageID, Handle: b}))
+	err = ptest.Run(p)
+	t.Logf("job error: %v", err)
+	want := fmt.Sprintf("the broker at %s refused the credentials of RMQIO_AUTH_AK and RMQIO_AUTH_SK", s.Addr())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("job error %v: want one that says %q", err, want)
 	}
 }

@@ -196,10 +196,11 @@ func (c ReadConfig) sourceConfigWith(conn rmqflow.Connection) rmqflow.SourceConf
 	return sc
 }
 
-// refused names a refusal of the connection's credentials in err, so that
-// the job's error says what to fix: the broker refuses every request signed
-// with them, and no retry of the bundle can help.
-func refused(c Connection, err error) error {
+// refused names a refusal of the connection's credentials by the broker at
+// endpoints (where the refused request went) in err, so that the job's error
+// says what to fix: the broker refuses every request signed with them, and
+// no retry of the bundle can help.
+func refused(c Connection, endpoints string, err error) error {
 	if !errors.Is(err, client.ErrUnauthorized) && !errors.Is(err, client.ErrForbidden) {
 		return err
 	}
@@ -207,5 +208,5 @@ func refused(c Connection, err error) error {
 	if c.AccessKeyEnv != "" {
 		who = fmt.Sprintf("the credentials of %s and %s", c.AccessKeyEnv, c.SecretKeyEnv)
 	}
-	return fmt.Errorf("rmqio: %s at %s refused %s (Connection.AccessKeyEnv, SecretKeyEnv): %w", "the broker", c.Endpoints, who, err)
+	return fmt.Errorf("rmqio: the broker at %s refused %s (Connection.AccessKeyEnv, SecretKeyEnv): %w", endpoints, who, err)
 }

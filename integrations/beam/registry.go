@@ -78,7 +78,7 @@ func acquireSource(ctx context.Context, cfg ReadConfig, shard int) (*sharedSourc
 		sources.mu.Unlock()
 		if err := src.Start(ctx); err != nil {
 			s.retireLocked()
-			return nil, refused(cfg.Connection, fmt.Errorf("rmqio: starting the reader of shard %d: %w", shard, err))
+			return nil, refused(cfg.Connection, cfg.Connection.Endpoints, fmt.Errorf("rmqio: starting the reader of shard %d: %w", shard, err))
 		}
 		return s, nil
 	}

@@ -103,6 +103,6 @@ func askGroupLimit(ctx context.Context, conn Connection, h rmqflow.ReceiptHandle
 		return 0, err
 	}
 	rc.Endpoints, rc.Namespace = h.Endpoints, h.Namespace
-	g, err := rmqflow.ReadGroupSettings(ctx, rc, h.Group, h.Topic, true)
+	g, err := rmqflow.ReadGroupSettings(ctx, rc, rmqflow.GroupQuery{Group: h.Group, Topic: h.Topic, Lite: true})
 	return g.MaxDeliveryAttempts, err
 }

@@ -113,7 +113,7 @@ func acquireSink(ctx context.Context, cfg WriteConfig) (*rmqflow.Sink, error) {
 	}
 	s, err := rmqflow.NewSink(ctx, cfg.sinkConfig(conn))
 	if err != nil {
-		return nil, refused(cfg.Connection, fmt.Errorf("rmqio: the sink of %s: %w", cfg.Topic, err))
+		return nil, refused(cfg.Connection, cfg.Connection.Endpoints, fmt.Errorf("rmqio: the sink of %s: %w", cfg.Topic, err))
 	}
 	sinks.m[string(b)] = s
 	return s, nil

@@ -3,11 +3,13 @@ module github.com/rmqflow/rmqflow/integrations/ekuiper
 go 1.26.8
 
 require (
+	github.com/apache/rocketmq-clients/golang/v5 v5.1.4
 	github.com/lf-edge/ekuiper/contract/v2 v2.3.1
 	github.com/lf-edge/ekuiper/v2 v2.4.0
 	github.com/rmqflow/rmqflow v0.0.0
 	github.com/sirupsen/logrus v1.9.4
 	github.com/valyala/fastjson v1.6.4
+	google.golang.org/grpc v1.80.0
 )
 
 require (
@@ -47,7 +49,6 @@ require (
 	github.com/andybalholm/brotli v1.2.0 // indirect
 	github.com/apache/arrow-go/v18 v18.4.0 // indirect
 	github.com/apache/calcite-avatica-go/v5 v5.3.0 // indirect
-	github.com/apache/rocketmq-clients/golang/v5 v5.1.4 // indirect
 	github.com/apache/thrift v0.23.0 // indirect
 	github.com/apapsch/go-jsonmerge/v2 v2.0.0 // indirect
 	github.com/apple/foundationdb/bindings/go v0.0.0-20250221231555-5140696da2df // indirect
@@ -355,7 +356,6 @@ require (
 	google.golang.org/genproto v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260401024825-9d38bb4040a9 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260401024825-9d38bb4040a9 // indirect
-	google.golang.org/grpc v1.80.0 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/ini.v1 v1.67.0 // indirect
 	gopkg.in/jcmturner/aescts.v1 v1.0.1 // indirect

@@ -361,9 +361,15 @@ func (s *source) open(ctx context.Context) (*session, error) {
 	}
 	var dlq *rmqflow.Sink
 	if t := s.conf.deadLetterTopic; t != "" {
-		// Opened before the source starts: a topic the broker refuses
-		// fails the rule before any message is received.
+		// Opened and checked before the source starts: a topic the broker
+		// refuses, or one that cannot store a parked copy (a LITE or FIFO
+		// topic), fails the rule before any message is received.
 		sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: s.conf.src.Connection, Topic: t})
+		if err == nil {
+			if err = rmqflow.CheckDeadLetterSink(ctx, sink); err != nil {
+				_ = sink.Close(context.WithoutCancel(ctx))
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("rocketmq: dead-letter-topic %s: %w", t, err)
 		}
@@ -457,6 +463,12 @@ func (s *source) run(ctx context.Context, sctx api.StreamContext, ingest api.Byt
 			if sess = s.reopen(ctx, sctx, sess, err); sess == nil {
 				return
 			}
+			continue
+		}
+		// A message parked before whose ack did not take has its one
+		// copy: it is only acked.
+		if wasParked(m.Handle) {
+			sess.v.ackParked(ctx, sess.src.Acker(), m.Handle)
 			continue
 		}
 		// The throttle may defer a message only while its valve lets it

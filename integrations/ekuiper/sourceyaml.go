@@ -55,8 +55,9 @@ default:
   # where it then goes: dead-letter-queue (%DLQ%<group> on the broker) or
   # ack (acked: dropped)
   # on-valve: dead-letter-queue
-  # a topic of your own to park it in instead (acked once stored; ack-mode
-  # sink, not with on-valve ack)
+  # a NORMAL topic of your own to park it in instead (acked once stored;
+  # ack-mode sink, not with on-valve ack; after 3 failed parks of one
+  # message, where on-valve says)
   # dead-letter-topic: ""
   # throttle: false           defer lite topics over their fair share
   # throttle-window: 10s

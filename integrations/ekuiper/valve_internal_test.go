@@ -1,11 +1,17 @@
 package rmqkuiper
 
 import (
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // TestParseSourceValve: max-delivery-attempt and on-valve default to 16
@@ -119,5 +125,39 @@ func TestLedgerChargesOwnFailures(t *testing.T) {
 	}
 	if st := a.state(); st != "acked [] left [b d] released []" || strings.Join(a.own, " ") != "a c" {
 		t.Fatalf("after a give-back without a failure: %s, charged %v", st, a.own)
+	}
+}
+
+// TestGroupQuestionKeepsFilter: the session that asks the broker about a
+// simple-mode stream's group (askGroup, when the source opens) announces the
+// stream's filter-expression, as the source's own session does, not every
+// message (TAG "*") for the group (a first version dropped it). On rmqfake.
+func TestGroupQuestionKeepsFilter(t *testing.T) {
+	fake := rmqfake.NewForTest(t)
+	must(t, fake.CreateTopic("gq", rmqfake.TopicNormal))
+	must(t, fake.CreateGroup("gq-g"))
+	var (
+		mu   sync.Mutex
+		subs []string // the subscriptions announced, as "type expression"
+	)
+	fake.Intercept("Telemetry", func(c rmqfake.Call) rmqfake.Verdict {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range c.Request.(*v2.TelemetryCommand).GetSettings().GetSubscription().GetSubscriptions() {
+			subs = append(subs, fmt.Sprintf("%v %s", e.GetExpression().GetType(), e.GetExpression().GetExpression()))
+		}
+		return rmqfake.Verdict{}
+	})
+	conf, _, err := parseSource(map[string]any{"endpoints": fake.Addr(), "datasource": "gq", "consumer-group": "gq-g",
+		"mode": "simple", "filter-type": "sql", "filter-expression": "region = 'eu'"})
+	must(t, err)
+	s := &source{conf: conf, log: &testLogger{}}
+	if _, err := s.askGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(subs) == 0 || slices.ContainsFunc(subs, func(s string) bool { return s != "SQL region = 'eu'" }) {
+		t.Errorf("subscriptions announced %q: want only the stream's filter, SQL region = 'eu'", subs)
 	}
 }
