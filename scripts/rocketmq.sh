@@ -48,11 +48,14 @@
 #   RMQ_HEAP         max heap of each JVM (default 1g)
 #   RMQ_MIN_LITE_TTL_MS, RMQ_LITE_TTL_CHECK_MS  broker.conf minLiteTTl and
 #                    liteTtlCheckInterval (default 0 and 20000, for conformance
-#                    scenario u; the 5.5.0 defaults are 900000 and 120000)
+#                    scenario u; the 5.5.0 defaults are 900000 and 120000; the
+#                    many profile's scan interval is 120000)
 #   RMQ_LITE_PROFILE  lite dispatch of the broker (docs/operations-lite.md):
 #                    default (the 5.5.0 settings, nothing written) or many
 #                    (many lite topics per wildcard group: 20000 lite topics
-#                    per client event set, 1 s scan and full-dispatch delays)
+#                    per client event set, 1 s scan and full-dispatch delays,
+#                    the RocksDB store, consumer offsets persisted per commit,
+#                    the lite TTL scan every 2 min)
 #   RMQ_MAX_CLIENT_EVENT_COUNT, RMQ_LITE_EVENT_CHECK_MS,
 #   RMQ_LITE_FULL_DISPATCH_DELAY_MS, RMQ_LITE_CLIENT_FULL_DISPATCH_DELAY_MS
 #                    broker.conf maxClientEventCount, liteEventCheckInterval,
@@ -61,6 +64,14 @@
 #                    (5.5.0 defaults: 100, 10000, 10000, 10000). Read by `up`
 #                    when it starts the broker (and by `conf`); a running
 #                    broker keeps its settings until down and up
+#   RMQ_STORE_TYPE   broker.conf storeType: default (consume queues in mapped
+#                    files, one per lite topic, each holding a file descriptor
+#                    for the broker's life) or defaultRocksDB (consume queues,
+#                    offsets and metadata in RocksDB); default: the profile's
+#                    (many: defaultRocksDB), else nothing written (5.5.0: default)
+#   RMQ_BROKER_CONF  more broker.conf lines, KEY=VALUE separated by spaces,
+#                    written last (a key given twice: the broker takes the
+#                    last); for experiments (docs/operations-lite.md)
 #   RMQ_START_TIMEOUT seconds to wait for the gRPC port (default 120)
 #   RMQ_PROXY_STOP_GRACE  seconds restart-proxy lets the proxy exit before
 #                    killing it (default 3)
@@ -76,7 +87,7 @@ RMQ_GRPC_PORT=${RMQ_GRPC_PORT:-18081}
 RMQ_BROKER_PORT=${RMQ_BROKER_PORT:-18911}
 RMQ_PROXY_REMOTING_PORT=${RMQ_PROXY_REMOTING_PORT:-18080}
 RMQ_MIN_LITE_TTL_MS=${RMQ_MIN_LITE_TTL_MS:-0}
-RMQ_LITE_TTL_CHECK_MS=${RMQ_LITE_TTL_CHECK_MS:-20000}
+RMQ_LITE_TTL_CHECK_MS=${RMQ_LITE_TTL_CHECK_MS:-} # empty: the profile's (write_conf)
 RMQ_LITE_PROFILE=${RMQ_LITE_PROFILE:-default}
 RMQ_AUTH_GRPC_PORT=${RMQ_AUTH_GRPC_PORT:-18082}
 RMQ_AUTH_PROXY_REMOTING_PORT=${RMQ_AUTH_PROXY_REMOTING_PORT:-18083}
@@ -116,11 +127,16 @@ pid_alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null
 # RMQ_LITE_PROFILE's, each overridden by its own variable; nothing for the
 # 5.5.0 defaults.
 lite_conf() {
-  local events="" check="" delay="" client_delay=""
+  local events="" check="" delay="" client_delay="" store="" incremental=""
   case "$RMQ_LITE_PROFILE" in
     default | "") ;;
-    many) events=20000 check=1000 delay=1000 client_delay=1000 ;;
+    many) events=20000 check=1000 delay=1000 client_delay=1000 store=defaultRocksDB incremental=true ;;
     *) die "RMQ_LITE_PROFILE=$RMQ_LITE_PROFILE: want default or many" ;;
+  esac
+  store=${RMQ_STORE_TYPE:-$store}
+  case "$store" in
+    "" | default | defaultRocksDB) ;;
+    *) die "RMQ_STORE_TYPE=$store: want default or defaultRocksDB" ;;
   esac
   events=${RMQ_MAX_CLIENT_EVENT_COUNT:-$events}
   check=${RMQ_LITE_EVENT_CHECK_MS:-$check}
@@ -130,8 +146,13 @@ lite_conf() {
   for v in "$events" "$check" "$delay" "$client_delay"; do
     [ -z "$v" ] || [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "lite dispatch setting \"$v\": want a positive whole number"
   done
-  [ -z "$events$check$delay$client_delay" ] && return 0
+  [ -z "$events$check$delay$client_delay$store" ] && return 0
   echo "# Lite dispatch (RMQ_LITE_PROFILE=$RMQ_LITE_PROFILE; docs/operations-lite.md)."
+  [ -z "$store" ] || echo "storeType=$store"
+  # With the RocksDB store, each commit writes its own offset instead of the
+  # whole table being rewritten every 5 s (a table that grows with every lite
+  # topic a group has read).
+  [ -z "$incremental" ] || echo "persistConsumerOffsetIncrementally=$incremental"
   [ -z "$events" ] || echo "maxClientEventCount=$events"
   [ -z "$check" ] || echo "liteEventCheckInterval=$check"
   [ -z "$delay" ] || echo "liteEventFullDispatchDelayTimeForWildcardGroup=$delay"
@@ -139,6 +160,11 @@ lite_conf() {
 }
 
 write_conf() {
+  local ttl_check=$RMQ_LITE_TTL_CHECK_MS
+  if [ -z "$ttl_check" ]; then
+    ttl_check=20000
+    [ "$RMQ_LITE_PROFILE" = many ] && ttl_check=120000
+  fi
   mkdir -p "$run/conf" "$run/store" "$run/home"
   cat >"$run/conf/namesrv.conf" <<CONF
 listenPort=$RMQ_NAMESRV_PORT
@@ -173,15 +199,24 @@ recallMessageEnable=true
 # scan also deletes, whatever the TTL, a lite topic whose queue it finds empty
 # (max offset 0) on 6 scans in a row: 2 min at this interval (30 s at 5 s, too
 # short for the other suites' lite topics, which may wait that long for their
-# first message). make bench keeps the defaults.
+# first message). make bench keeps the defaults. The many profile scans every
+# 2 min (5.5.0's default): each scan reads every lite topic's last store time.
 minLiteTTl=$RMQ_MIN_LITE_TTL_MS
-liteTtlCheckInterval=$RMQ_LITE_TTL_CHECK_MS
+liteTtlCheckInterval=$ttl_check
 # The store of users and ACLs (ACL 2.0) the auth proxy reads; the broker itself
 # authenticates nothing (authenticationEnabled stays false).
 authenticationMetadataProvider=org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider
 authorizationMetadataProvider=org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider
 CONF
   lite_conf >>"$run/conf/broker.conf"
+  if [ -n "${RMQ_BROKER_CONF:-}" ]; then
+    local kv
+    echo "# RMQ_BROKER_CONF" >>"$run/conf/broker.conf"
+    for kv in $RMQ_BROKER_CONF; do
+      [[ "$kv" =~ ^[A-Za-z][A-Za-z0-9_.]*=[^=]*$ ]] || die "RMQ_BROKER_CONF: \"$kv\" is not KEY=VALUE"
+      echo "$kv" >>"$run/conf/broker.conf"
+    done
+  fi
   cat >"$run/conf/rmq-proxy.json" <<CONF
 {
   "rocketMQClusterName": "$cluster",
@@ -354,9 +389,30 @@ map_count() {
   fi
 }
 
+# open_files: with the default store the broker keeps a file descriptor open
+# for every consume queue file, one per lite topic, for its whole life: at
+# the open-files limit it answers sends with "create mapped file failed"
+# (store.log: "Too many open files"). The soft limit is raised to the hard
+# one; a hard limit below what the broker may need is only reported (raising
+# it takes root outside a container that forbids it, 2026-12-03 here: 20,000).
+open_files() {
+  local want=1048576 have hard
+  have=$(ulimit -n) hard=$(ulimit -Hn)
+  if [ "$hard" != unlimited ] && [ "$have" != unlimited ] && [ "$have" -lt "$hard" ]; then
+    ulimit -n "$hard" 2>/dev/null && have=$hard
+  fi
+  [ "$have" = unlimited ] || [ "$have" -ge "$want" ] && return 0
+  ulimit -Hn "$want" 2>/dev/null && ulimit -n "$want" 2>/dev/null && return 0
+  case "$(lite_conf | sed -n 's/^storeType=//p')" in
+    defaultRocksDB) ;;
+    *) log "warning: open files limit $have: with the default store the broker holds a descriptor per lite topic (fewer than $have lite topics fit; RMQ_STORE_TYPE=defaultRocksDB or RMQ_LITE_PROFILE=many keeps them in RocksDB)" ;;
+  esac
+}
+
 up() {
   fetch
   map_count
+  open_files
   if pid_alive proxy && port_open "$RMQ_GRPC_PORT"; then
     log "already running at $endpoint"
   else
@@ -480,5 +536,5 @@ case "${1:-}" in
   pids) pids ;;
   conf) run=$(mktemp -d); write_conf; cat "$run/conf/broker.conf"; rm -rf "$run" ;;
   lite) lite ;;
-  *) sed -n '2,66p' "$0"; exit 2 ;;
+  *) sed -n '2,77p' "$0"; exit 2 ;;
 esac
