@@ -21,7 +21,9 @@ const DefaultLeaseMaxExtension = time.Hour
 // decides also for one that did not decode) keeps being renewed, RenewalAheadTime before its
 // invisibility ends, until MaxExtension has passed since it was emitted or
 // the lease ends. Renewals go soonest expiry first, up to the source's
-// RenewalConcurrency at once; one the broker refuses as an expired handle
+// RenewalConcurrency at once, and a crowd of them starts earlier, by what
+// the renewals before each take at the measured pace (see
+// SourceConfig.RenewalAheadTime); one the broker refuses as an expired handle
 // ends the lease (the message comes back), and one answered after the
 // invisibility it was to extend had ended is counted in
 // rmqflow.renewals.late and logged. A lease ends when the delivery is, through the source's
@@ -157,9 +159,10 @@ func (l *lease) finish() {
 // ends (lease.finish), so that the table holds about what is in flight.
 //
 // Each tick of its clock it renews the leases due (RenewalAheadTime before
-// their invisibility ends), soonest expiry first, up to the source's
-// RenewalConcurrency at once (the slots it shares with the queue's
-// renewer); a lease whose renewal is still on the wire is not sent again.
+// their invisibility ends, earlier when many end together: see due),
+// soonest expiry first, up to the source's RenewalConcurrency at once (the
+// slots it shares with the queue's renewer); a lease whose renewal is still
+// on the wire is not sent again.
 type leaseTable struct {
 	cfg       LeaseConfig
 	invisible time.Duration
@@ -167,7 +170,7 @@ type leaseTable struct {
 	pool      *ackPool
 	log       loggerLike
 	metrics   *metrics
-	slots     renewSlots
+	slots     *renewSlots
 	clk       clock // the source's; set before run starts (SetSourceClock in tests)
 
 	// rpcCtx (the source's) bounds the renewals on the wire: they are not
@@ -183,7 +186,7 @@ type leaseTable struct {
 }
 
 func newLeaseTable(cfg LeaseConfig, invisible, ahead time.Duration, pool *ackPool, log loggerLike, m *metrics,
-	slots renewSlots, clk clock, rpcCtx context.Context) *leaseTable {
+	slots *renewSlots, clk clock, rpcCtx context.Context) *leaseTable {
 	return &leaseTable{cfg: cfg, invisible: invisible, ahead: ahead, pool: pool, log: log, metrics: m,
 		slots: slots, clk: clk, rpcCtx: rpcCtx, leases: map[leaseKey]*lease{}}
 }
@@ -298,12 +301,17 @@ func (t *leaseTable) dispatch(ctx context.Context, due []*lease) {
 
 // due returns the leases to renew now, soonest expiry first, and marks them
 // renewing; it ends those past MaxExtension and forgets ended ones whose
-// invisibility has passed. A lease whose renewal is still dispatched is not
-// due again.
+// invisibility has passed. A lease is due RenewalAheadTime before its
+// invisibility ends, earlier in a crowd (renewSlots.lead: the k-th soonest
+// expiry waits for k renewals before it), and with it every lease that
+// expires sooner. A lease whose renewal is still dispatched is not due
+// again (it still counts toward the crowd).
 func (t *leaseTable) due(now time.Time) []*lease {
+	most := mostLead(t.invisible, t.ahead)
+	lead := t.slots.lead(t.ahead, most)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []*lease
+	var near []*lease
 	for k, l := range t.leases {
 		if !l.ended.Load() && now.After(l.until) {
 			l.ended.Store(true)
@@ -314,12 +322,24 @@ func (t *leaseTable) due(now time.Time) []*lease {
 			}
 			continue
 		}
-		if !l.renewing && l.visibleAt.Sub(now) <= t.ahead {
+		if l.visibleAt.Sub(now) <= most {
+			near = append(near, l)
+		}
+	}
+	slices.SortFunc(near, func(a, b *lease) int { return a.visibleAt.Compare(b.visibleAt) })
+	n := 0
+	for i, l := range near {
+		if l.visibleAt.Sub(now) <= lead(i) {
+			n = i + 1
+		}
+	}
+	var out []*lease
+	for _, l := range near[:n] {
+		if !l.renewing {
 			l.renewing = true
 			out = append(out, l)
 		}
 	}
-	slices.SortFunc(out, func(a, b *lease) int { return a.visibleAt.Compare(b.visibleAt) })
 	return out
 }
 
@@ -347,8 +367,11 @@ func (t *leaseTable) renew(l *lease, p *renewalPass) {
 	}
 	t0 := t.now()
 	nh, err := t.pool.changeInvisibleRaw(ctx, l.h, t.invisible)
-	if answered := t.now(); answered.After(deadline) && ctx.Err() == nil {
-		lateBy = answered.Sub(deadline)
+	if answered := t.now(); ctx.Err() == nil {
+		t.slots.observe(answered.Sub(t0))
+		if answered.After(deadline) {
+			lateBy = answered.Sub(deadline)
+		}
 	}
 	t.metrics.renewed(ctx, "lease", err)
 	switch {

@@ -216,3 +216,75 @@ func TestLeaseRenewalsSoonestFirstAndBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseCrowdDueEarly: leases whose invisibility ends at once are due
+// early enough for RenewalConcurrency renewals at a time to get through
+// them: the k-th soonest expiry RenewalAheadTime plus two estimated RPC
+// durations for each wave of RenewalConcurrency before it, and with it
+// every sooner one, so that the crowd goes soonest first. A lone lease is
+// due RenewalAheadTime before its end, as ever; no lease more than half of
+// InvisibleDuration before it.
+func TestLeaseCrowdDueEarly(t *testing.T) {
+	src, err := NewSource(SourceConfig{Connection: Connection{Endpoints: "127.0.0.1:1"}, Mode: ModeSimple, Topic: fakeTopic, Group: fakeGroup,
+		Leases: LeaseConfig{Enabled: true}}, StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	end := t0.Add(DefaultInvisibleDuration)
+	add := func(id string, at time.Time) {
+		src.leases.add(ReceiptHandle{Group: fakeGroup, Topic: fakeTopic, MessageID: id, Handle: "h-" + id}, at)
+	}
+	add("lone", end)
+	if due := src.leases.due(end.Add(-DefaultRenewalAheadTime - time.Millisecond)); len(due) != 0 {
+		t.Errorf("a lone lease is due %v before its end", DefaultRenewalAheadTime+time.Millisecond)
+	}
+	if due := src.leases.due(end.Add(-DefaultRenewalAheadTime)); len(due) != 1 {
+		t.Errorf("a lone lease is not due %v before its end", DefaultRenewalAheadTime)
+	}
+
+	// 3,200 more, ending 1 ms later: 201 waves of 16 (the lone one included),
+	// 80 ms each at the 40 ms estimate. The lone lease's renewal is still
+	// dispatched: it counts, and is not due again.
+	const n = 3200
+	for i := range n {
+		add(fmt.Sprint(i), end.Add(time.Millisecond))
+	}
+	lead := DefaultRenewalAheadTime + (n/DefaultRenewalConcurrency)*2*renewalRTTPrior
+	at := end.Add(time.Millisecond - lead)
+	if due := src.leases.due(at.Add(-time.Millisecond)); len(due) != 0 {
+		t.Errorf("%d leases due %v before their end, want none before %v", len(due), lead+time.Millisecond, lead)
+	}
+	due := src.leases.due(at)
+	if len(due) != n {
+		t.Fatalf("%d leases due %v before their end, want all %d", len(due), lead, n)
+	}
+	if got := due[n-1].visibleAt; !got.Equal(end.Add(time.Millisecond)) {
+		t.Errorf("the last one due ends at %v", got)
+	}
+
+	// The estimate follows the measured RPCs (1 s each here: 20 waves would
+	// need 43 s); the lead stops at half the invisibility.
+	for range 100 {
+		src.slots.observe(time.Second)
+	}
+	src2, err := NewSource(SourceConfig{Connection: Connection{Endpoints: "127.0.0.1:1"}, Mode: ModeSimple, Topic: fakeTopic, Group: fakeGroup,
+		Leases: LeaseConfig{Enabled: true}}, StringDecoder())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src2.Close(context.Background())
+	src2.leases.slots = src.slots
+	const m = 20 * DefaultRenewalConcurrency
+	for i := range m {
+		src2.leases.add(ReceiptHandle{Group: fakeGroup, Topic: fakeTopic, MessageID: fmt.Sprint(i), Handle: fmt.Sprint("h", i)}, end)
+	}
+	half := DefaultInvisibleDuration / 2
+	if due := src2.leases.due(end.Add(-half - time.Millisecond)); len(due) != 0 {
+		t.Errorf("%d leases due more than half the invisibility before their end", len(due))
+	}
+	if due := src2.leases.due(end.Add(-half)); len(due) != m {
+		t.Errorf("%d leases due half the invisibility before their end, want all %d", len(due), m)
+	}
+}

@@ -156,11 +156,12 @@ func (q *queue) take(ctx context.Context) (*entry, error) {
 	}
 }
 
-// scan returns the queued entries to renew (invisibility ending before
-// renewBefore), soonest expiry first, and removes and returns those queued
-// for longer than maxAge at now (to be given back). Malformed entries are
-// neither.
-func (q *queue) scan(renewBefore, now time.Time, maxAge time.Duration) (renew, old []*entry) {
+// scan returns the queued entries to renew, soonest expiry first, and
+// removes and returns those queued for longer than maxAge at now (to be
+// given back). Malformed entries are neither. The k-th soonest expiry (k
+// from 0) is due when its invisibility ends before now+lead(k), and with
+// it every sooner one; lead(k) is at most most.
+func (q *queue) scan(now time.Time, lead func(k int) time.Duration, most, maxAge time.Duration) (renew, old []*entry) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	type due struct {
@@ -180,7 +181,7 @@ func (q *queue) scan(renewBefore, now time.Time, maxAge time.Duration) (renew, o
 			e.taken = true
 			q.held[e.bind]--
 			old = append(old, e)
-		case e.visibleAt.Before(renewBefore):
+		case e.visibleAt.Before(now.Add(most)):
 			dues = append(dues, due{e, e.visibleAt})
 			kept = append(kept, e)
 		default:
@@ -194,7 +195,13 @@ func (q *queue) scan(renewBefore, now time.Time, maxAge time.Duration) (renew, o
 		q.wakeFull()
 	}
 	slices.SortStableFunc(dues, func(a, b due) int { return a.end.Compare(b.end) })
-	for _, d := range dues {
+	n := 0
+	for i, d := range dues {
+		if d.end.Before(now.Add(lead(i))) {
+			n = i + 1
+		}
+	}
+	for _, d := range dues[:n] {
 		renew = append(renew, d.e)
 	}
 	return renew, old

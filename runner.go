@@ -158,7 +158,10 @@ type RunnerHints struct {
 // a drain over 100 lite topics (issue 25, point 5) kept the source's queue
 // full and received smaller batches, 0.045 receive RPCs a message against
 // 0.031 at 4096, and ran well below a plain Source loop's rate
-// (docs/benchmarks.md).
+// (docs/benchmarks.md). Every message held is renewed; a runner full of
+// messages taken at once renews them earlier than RenewalAheadTime, so
+// that 16 renewals at a time get through them all before they end
+// (TestRunnerRenewsACrowdInTime).
 const DefaultRunnerMaxHeld = 4096
 
 func (c RunnerConfig) withDefaults() RunnerConfig {
@@ -312,9 +315,11 @@ func (r *Runner[T]) SetDeadLetter(f DeadLetterFunc[T]) { r.deadLetter = f }
 // runs the started source. NewRunner turns on src's leases (SourceConfig.Leases, with its
 // defaults unless set): every message the runner holds — waiting behind its
 // lite topic's head, in its handler, or waiting for its ack's answer — is
-// renewed RenewalAheadTime before its invisibility ends, up to
-// Leases.MaxExtension (1 h) after it was taken, so that none comes back
-// while the runner still has it.
+// renewed RenewalAheadTime before its invisibility ends (earlier when many
+// end together, as a batch of each of many lite topics taken at once does:
+// see SourceConfig.RenewalAheadTime), up to Leases.MaxExtension (1 h)
+// after it was taken, so that none comes back while the runner still has
+// it.
 func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T], error) {
 	if src == nil {
 		return nil, optionError("Source", "required")
