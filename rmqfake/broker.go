@@ -189,7 +189,7 @@ func (b *broker) newGroup(k resKey, cfg groupConfig) *group {
 	if !b.admitGroup() {
 		return nil
 	}
-	g := &group{key: k, topics: map[*topic]*groupTopic{}}
+	g := &group{key: k, topics: map[*topic]*groupTopic{}, shared: eventSet{intrusive: true}}
 	b.groups[k] = g
 	b.configureGroup(g, cfg)
 	return g
@@ -212,7 +212,8 @@ func (b *broker) configureGroup(g *group, cfg groupConfig) {
 		return
 	}
 	for _, lq := range main.lite {
-		b.cursor(lq, g)
+		// A group that becomes wildcard has its backlog dispatched too.
+		b.liteReady(b.cursor(lq, g))
 	}
 }
 
@@ -300,7 +301,17 @@ func (b *broker) trimLite(lq *liteQueue) {
 	if lq.main.liteSeq < lq.q.end() {
 		lq.main.liteSeq = lq.q.end()
 	}
+	b.dropLite(lq)
+}
+
+// dropLite removes lq from its main topic.
+func (b *broker) dropLite(lq *liteQueue) {
 	delete(lq.main.lite, lq.name)
+	for c := range lq.all() {
+		if c.queued {
+			c.g.shared.dropped()
+		}
+	}
 }
 
 // consumer returns g's consumption state of topic t, starting at the oldest

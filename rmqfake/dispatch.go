@@ -35,8 +35,9 @@ import (
 //     event for 10 s (the broker's blacklist).
 //
 // FastLiteDispatch replaces all of this with one unbounded set per group,
-// shared by its clients, and full dispatches at once: everything reaches a
-// consumer as soon as it can.
+// shared by its clients, that holds every lite topic of the group with a
+// backlog whether or not a client is there (so a joining client needs no
+// full dispatch): everything reaches a consumer as soon as it can.
 
 const (
 	// DefaultMaxClientEventCount is the broker's maxClientEventCount: how
@@ -127,12 +128,18 @@ func checkMaxEvents(n int) error {
 
 // eventSet is a client's event set (ClientEventSet): lite topics that may
 // have something to deliver, in the order they came, each once (another
-// client's set may hold it too).
+// client's set may hold it too). The group's shared set of FastLiteDispatch
+// (intrusive) marks its members with liteCursor.queued instead of a map: a
+// cursor belongs to one group, and a group has one shared set.
 type eventSet struct {
-	cap  int // 0: unbounded
-	q    []*liteCursor
-	head int
-	has  map[*liteCursor]struct{}
+	cap       int // 0: unbounded
+	q         []*liteCursor
+	head      int
+	has       map[*liteCursor]struct{}
+	intrusive bool
+	// stale counts the cursors in q whose lite topic was dropped
+	// (intrusive sets: dropLiteQueue); past half of q they are swept out.
+	stale int
 	// taken is when the client last took an event (ms); check is the scan
 	// that looks at it while the set holds events.
 	taken int64
@@ -143,6 +150,9 @@ func (s *eventSet) len() int { return len(s.q) - s.head }
 
 // holds reports whether c waits in the set.
 func (s *eventSet) holds(c *liteCursor) bool {
+	if s.intrusive {
+		return c.queued
+	}
 	_, ok := s.has[c]
 	return ok
 }
@@ -152,10 +162,14 @@ func (s *eventSet) push(c *liteCursor) {
 	if s.holds(c) {
 		return
 	}
-	if s.has == nil {
-		s.has = map[*liteCursor]struct{}{}
+	if s.intrusive {
+		c.queued = true
+	} else {
+		if s.has == nil {
+			s.has = map[*liteCursor]struct{}{}
+		}
+		s.has[c] = struct{}{}
 	}
-	s.has[c] = struct{}{}
 	s.q = append(s.q, c)
 }
 
@@ -173,8 +187,35 @@ func (s *eventSet) next() *liteCursor {
 		s.q = append([]*liteCursor(nil), s.q[s.head:]...)
 		s.head = 0
 	}
-	delete(s.has, c)
+	if s.intrusive {
+		if s.stale > 0 && c.dropped() {
+			s.stale--
+		}
+		c.queued = false
+	} else {
+		delete(s.has, c)
+	}
 	return c
+}
+
+// dropped notes that c's lite topic was dropped while c waits in the
+// intrusive set s; once most of s is such cursors, they are swept out, so
+// that a group nobody consumes does not keep dropped lite topics.
+func (s *eventSet) dropped() {
+	s.stale++
+	if s.stale <= 64 || s.stale <= s.len()/2 {
+		return
+	}
+	live := s.q[:0]
+	for _, c := range s.q[s.head:] {
+		if c.dropped() {
+			c.queued = false
+			continue
+		}
+		live = append(live, c)
+	}
+	clear(s.q[len(live):])
+	s.q, s.head, s.stale = live, 0, 0
 }
 
 // drain empties the set and returns its events.
@@ -222,7 +263,8 @@ func (b *broker) wildcardJoined(sub *liteSub) {
 	g := sub.group
 	g.clients = append(g.clients, sub)
 	if b.disp.fast {
-		b.fullDispatch(g)
+		// The shared set holds the group's backlog already (liteReady).
+		b.wake(sub.main)
 		return
 	}
 	b.scheduleFullDispatch(g, fullDispatchOnRegister)
@@ -265,12 +307,14 @@ func (b *broker) liteReady(c *liteCursor) {
 		return
 	}
 	if b.disp.fast {
-		if c.ord.blocked(b.nowMS(), "") || len(c.g.clients) == 0 {
-			// Nobody to dispatch to: the full dispatch of the next client
-			// that joins finds it.
-			return
+		// The group's shared set takes it whether or not a client is there
+		// yet: the set always holds every lite topic of the group with a
+		// backlog that is not blocked (a blocked one comes back when it
+		// unblocks: settleLite), so a client that joins finds them all
+		// without a walk of every lite topic.
+		if !c.ord.blocked(b.nowMS(), "") {
+			c.g.shared.push(c)
 		}
-		c.g.shared.push(c)
 		return
 	}
 	b.dispatch(c, nil)
@@ -390,6 +434,7 @@ func (b *broker) scheduleFullDispatch(g *group, delay int64) {
 
 // fullDispatch offers every lite topic with a backlog for wildcard group g
 // to its clients, until one is refused (doFullDispatchForWildcardGroup).
+// FastLiteDispatch needs none: its shared sets hold every backlog.
 func (b *broker) fullDispatch(g *group) {
 	if len(g.clients) == 0 {
 		return
@@ -401,10 +446,6 @@ func (b *broker) fullDispatch(g *group) {
 	for _, lq := range main.lite {
 		c := lq.cursorOf(g)
 		if c == nil || c.ord.committed >= lq.q.end() {
-			continue
-		}
-		if b.disp.fast {
-			b.liteReady(c)
 			continue
 		}
 		if !b.dispatch(c, nil) {
@@ -447,7 +488,7 @@ func (b *broker) popEvents(r *popRequest, t *topic, sub *liteSub) []delivered {
 // clients (Stats).
 func (b *broker) liteEvents(g *group) int {
 	if b.disp.fast {
-		return g.shared.len()
+		return g.shared.len() - g.shared.stale
 	}
 	n := 0
 	for _, sub := range g.clients {

@@ -353,7 +353,12 @@ type liteCursor struct {
 	ord   ordered
 	acked int64
 	dlq   int64
+	// queued: c waits in its group's shared event set (FastLiteDispatch).
+	queued bool
 }
+
+// dropped reports whether c's lite topic is no longer its main topic's.
+func (c *liteCursor) dropped() bool { return c.lq.main.lite[c.lq.name] != c.lq }
 
 // session is the settings record of one client id (the proxy keeps one).
 type session struct {

@@ -85,7 +85,7 @@ func (b *broker) expireLite(lq *liteQueue) {
 	if lq.main.liteSeq < lq.q.end() {
 		lq.main.liteSeq = lq.q.end()
 	}
-	delete(lq.main.lite, lq.name)
+	b.dropLite(lq)
 	// Its exact subscribers leave it below: their claim on its messages
 	// (liteWanted) goes too, or a later lite topic of the same name would
 	// keep its messages for them for good.

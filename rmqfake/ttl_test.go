@@ -1,6 +1,7 @@
 package rmqfake_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,5 +92,36 @@ func TestLiteTTLForgetsExactSubscribers(t *testing.T) {
 	ackAll(t, w, "g-ttl2", "t-ttl2", got)
 	if st := s.Stats(); st.Topics["t-ttl2"].LiteTopics["x"].Backlog != 0 || st.Held != 0 {
 		t.Errorf("after the wildcard group acked x2: x %+v, %d messages held; want none (freed)", st.Topics["t-ttl2"].LiteTopics["x"], st.Held)
+	}
+}
+
+// TestFastLiteDispatchWithoutClients: with FastLiteDispatch a wildcard
+// group's shared event set takes every lite topic with a backlog before any
+// client joined (a joining client needs no walk of every lite topic); lite
+// topics deleted for their TTL meanwhile leave it, and the client that joins
+// afterwards gets only what is left.
+func TestFastLiteDispatchWithoutClients(t *testing.T) {
+	t.Parallel()
+	s, clk := start(t)
+	must(t, s.CreateTopic("t-nocl", rmqfake.TopicLite, rmqfake.LiteTTL(1)))
+	must(t, s.CreateGroup("g-nocl", rmqfake.LiteBind("t-nocl"), rmqfake.Wildcard()))
+	p := producer(t, s)
+	const n = 300
+	for i := range n {
+		send(t, p, &client.Message{Topic: "t-nocl", LiteTopic: fmt.Sprintf("l%03d", i), Body: []byte("old")})
+	}
+	if got := s.Stats().Groups["g-nocl"].LiteEvents; got != n {
+		t.Fatalf("no client yet: %d lite topics in the shared set, want %d", got, n)
+	}
+	clk.Advance(16 * time.Minute) // the TTL scan deletes them all
+	if got := s.Stats().Groups["g-nocl"].LiteEvents; got != 0 {
+		t.Fatalf("after the TTL deleted every lite topic: %d in the shared set, want 0", got)
+	}
+	send(t, p, &client.Message{Topic: "t-nocl", LiteTopic: "l007", Body: []byte("new")})
+	c := session(t, s, client.SessionConfig{Type: client.LiteSimpleConsumer, Group: "g-nocl",
+		Subscriptions: []client.Subscription{{Topic: "t-nocl"}}, LiteWildcard: true})
+	got := receiveNow(t, c, client.ReceiveRequest{Group: "g-nocl", Topic: "t-nocl", Lite: true, InvisibleDuration: time.Minute, LongPollingTimeout: 5 * time.Second, BatchSize: 32})
+	if fmtSlice(bodies(got)) != "[new]" {
+		t.Errorf("the client joining after the deletion got %v, want only [new]", bodies(got))
 	}
 }
