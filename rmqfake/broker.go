@@ -212,8 +212,12 @@ func (b *broker) configureGroup(g *group, cfg groupConfig) {
 		return
 	}
 	for _, lq := range main.lite {
-		// A group that becomes wildcard has its backlog dispatched too.
-		b.liteReady(b.cursor(lq, g))
+		c := b.cursor(lq, g) // a new cursor is readied (cursor)
+		if b.disp.fast {
+			// The shared set must hold the backlog of a group that becomes
+			// wildcard too: no join walks the lite topics (wildcardJoined).
+			b.liteReady(c)
+		}
 	}
 }
 
@@ -308,6 +312,7 @@ func (b *broker) trimLite(lq *liteQueue) {
 func (b *broker) dropLite(lq *liteQueue) {
 	delete(lq.main.lite, lq.name)
 	for c := range lq.all() {
+		c.gone = true
 		if c.queued {
 			c.g.shared.dropped()
 		}

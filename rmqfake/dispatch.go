@@ -300,7 +300,7 @@ func (b *broker) dropLiteSub(clientID string) {
 // liteReady dispatches an event for c: its lite topic may have something for
 // its wildcard group. Call it with b.mu held.
 func (b *broker) liteReady(c *liteCursor) {
-	if !c.g.wildcard || c.lq.main.lite[c.lq.name] != c.lq {
+	if !c.g.wildcard || c.gone {
 		return
 	}
 	if c.ord.committed >= c.lq.q.end() {
@@ -472,7 +472,7 @@ func (b *broker) popEvents(r *popRequest, t *topic, sub *liteSub) []delivered {
 		if c == nil {
 			break
 		}
-		if t.lite[c.lq.name] != c.lq {
+		if c.gone {
 			continue // the lite topic was dropped while idle
 		}
 		out = b.popCursor(r, c, out)

@@ -316,7 +316,7 @@ type liteQueue struct {
 	q    queue
 	// c0 and more are the positions of the groups reading it, one per
 	// group (see all): the first lives in c0 (c0.g is nil until then), so
-	// that a lite topic read by one group is one allocation of 144 B; a main
+	// that a lite topic read by one group is one allocation of 128 B; a main
 	// topic has few groups, so the others are a list, not a map.
 	c0   liteCursor
 	more *[]*liteCursor
@@ -352,13 +352,16 @@ type liteCursor struct {
 	g     *group
 	ord   ordered
 	acked int64
-	dlq   int64
+	dlq   int32 // int32, with the flags, keeps a liteQueue at 128 B
 	// queued: c waits in its group's shared event set (FastLiteDispatch).
 	queued bool
+	// gone: its lite topic was dropped from the main topic (dropLite); a
+	// lite topic of the same name created later is another liteQueue.
+	gone bool
 }
 
 // dropped reports whether c's lite topic is no longer its main topic's.
-func (c *liteCursor) dropped() bool { return c.lq.main.lite[c.lq.name] != c.lq }
+func (c *liteCursor) dropped() bool { return c.gone }
 
 // session is the settings record of one client id (the proxy keeps one).
 type session struct {

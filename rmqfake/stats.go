@@ -196,6 +196,6 @@ func (c *liteCursor) counts(now int64) Counts {
 		Backlog:      c.lq.q.end() - max(c.ord.committed, c.lq.q.base) - in,
 		InFlight:     in,
 		Acked:        c.acked,
-		DeadLettered: c.dlq,
+		DeadLettered: int64(c.dlq),
 	}
 }
