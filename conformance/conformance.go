@@ -49,7 +49,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."y", as in docs/broker-semantics.md
+	ID   string // "a".."z", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -81,6 +81,7 @@ var Scenarios = []Scenario{
 	{"w", "EventSetCap", EventSetCap},
 	{"x", "RestartAfterKill", RestartAfterKill},
 	{"y", "ChangeWithoutLiteTopic", ChangeWithoutLiteTopic},
+	{"z", "AutoRenewedLiteHeld", AutoRenewedLiteHeld},
 }
 
 // Env gives scenarios clients bound to the target.

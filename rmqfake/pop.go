@@ -315,7 +315,15 @@ func (b *broker) popLite(r *popRequest, t *topic, g *group) []delivered {
 // popCursor pops one lite topic for group c.g, appending to out.
 func (b *broker) popCursor(r *popRequest, c *liteCursor, out []delivered) []delivered {
 	now := b.nowMS()
-	msgs, attempts := c.ord.pop(&c.lq.q, r.batch-len(out), now, r.invisible, r.attemptID, true)
+	inv := r.invisible
+	if r.autoRenew {
+		// The 5.5.0 proxy renews an auto_renew receive's messages without
+		// their lite topic, which the broker does not apply to the lite
+		// topic (renew.go): a lite message keeps the pop's 60 s
+		// (conformance scenario z), not rmqfake's 3 h.
+		inv = renewPopInvisible
+	}
+	msgs, attempts := c.ord.pop(&c.lq.q, r.batch-len(out), now, inv, r.attemptID, true)
 	for i, m := range msgs {
 		switch {
 		case !r.filter.match(m):
@@ -330,7 +338,7 @@ func (b *broker) popCursor(r *popRequest, c *liteCursor, out []delivered) []deli
 			continue
 		}
 		out = append(out, delivered{m: m, attempt: attempts[i] + 1,
-			handle: handle{kind: kindLite, popTime: now, invisible: r.invisible, offset: m.hoffset, seq: m.seq}})
+			handle: handle{kind: kindLite, popTime: now, invisible: inv, offset: m.hoffset, seq: m.seq}})
 	}
 	if len(msgs) > 0 {
 		b.settleLite(c)

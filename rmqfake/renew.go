@@ -11,7 +11,11 @@ package rmqfake
 // nothing when a stream ends), every message it holds becomes visible again
 // 1 s later (invisibleTimeMillisWhenClear). rmqfake pops such a receive with the
 // whole 3 h at once, which a client cannot tell from a renewal, and keeps
-// the handles so that a departing client's messages come back.
+// the handles so that a departing client's messages come back. Lite
+// messages are the exception: the proxy records them for renewal without
+// their lite topic, so its renewals and its clear take the broker's
+// non-lite path and never reach the lite topic; they keep the pop's 60 s
+// (conformance scenario z).
 
 const (
 	// autoRenewMax is how long an auto-renewed message stays invisible (ms).
@@ -146,7 +150,10 @@ func (b *broker) clearRenewals(client string) {
 			continue
 		}
 		b.dropRenewal(k, rn)
-		if !rn.h.expired(b.nowMS()) {
+		// The proxy clears through the same changeInvisibleTime as its
+		// renewals, without the lite topic: a lite message keeps the pop's
+		// 60 s.
+		if rn.lite == "" && !rn.h.expired(b.nowMS()) {
 			_, _ = b.changeInvisible(rn.group, rn.topic, rn.lite, rn.h, clearInvisible, false)
 		}
 	}
