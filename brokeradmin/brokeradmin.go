@@ -47,6 +47,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 )
@@ -249,10 +250,17 @@ func roundTrip(ctx context.Context, addr string, code int, ext map[string]string
 		return nil, err
 	}
 	resp, err := exchange(conn, frame, req.Opaque)
-	if err != nil && ctx.Err() != nil {
+	switch {
+	case err == nil:
+		return resp, nil
+	case ctx.Err() != nil:
 		return nil, fmt.Errorf("%w (%v)", ctx.Err(), err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The connection's deadline is the context's, which may end a
+		// moment after it.
+		return nil, fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
 	}
-	return resp, err
+	return nil, err
 }
 
 func exchange(conn net.Conn, frame []byte, opaque int32) (*command, error) {
