@@ -156,7 +156,7 @@ type SourceConfig struct {
 	// with the binding's group and the source's client id for it, then
 	// every LiteDispatchKickEvery until the binding receives a message, for
 	// at most LiteDispatchKickFor (its ctx ends then, or when the source
-	// stops). A failure is logged (WARN the first time in a run, DEBUG
+	// stops); a re-join while a run goes on starts none. A failure is logged (WARN the first time in a run, DEBUG
 	// after), counted (rmqflow.source.lite_dispatch_kicks, outcome=failed)
 	// and otherwise ignored: the broker's own dispatch still comes.
 	//
@@ -804,12 +804,21 @@ func (s *Source[T]) startKick(ctx context.Context, b *binding) {
 
 func (s *Source[T]) kickRun(ctx context.Context, b *binding, kick func(context.Context, string, string) error) {
 	seen := b.withMsgs.Load()
-	ctx, cancel := context.WithTimeout(ctx, LiteDispatchKickFor)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tick := time.NewTicker(LiteDispatchKickEvery)
-	defer tick.Stop()
+	// The run's bound and pace follow the source's clock (SetSourceClock in
+	// tests); its end cancels a request under way.
+	stopRun := s.clk.afterFunc(LiteDispatchKickFor, cancel)
+	defer stopRun()
+	tick := make(chan struct{}, 1)
 	failed := false
 	for b.withMsgs.Load() == seen && ctx.Err() == nil {
+		stop := s.clk.afterFunc(LiteDispatchKickEvery, func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
 		err := kick(ctx, b.group, b.c.ID())
 		s.smetrics.kicked(context.WithoutCancel(ctx), b, err == nil)
 		if err != nil && ctx.Err() == nil {
@@ -822,8 +831,9 @@ func (s *Source[T]) kickRun(ctx context.Context, b *binding, kick func(context.C
 		}
 		select {
 		case <-ctx.Done():
+			stop()
 			return
-		case <-tick.C:
+		case <-tick:
 		}
 	}
 }

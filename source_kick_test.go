@@ -32,6 +32,7 @@ const (
 // way to trigger a lite dispatch (rmqfake with the broker's dispatch
 // defaults, or the real broker's remoting port).
 type kickTarget struct {
+	name          string
 	conn          rmqflow.Connection
 	topic         string
 	kicked, alone string
@@ -44,7 +45,7 @@ func kickTargets(t *testing.T, f func(t *testing.T, tg kickTarget)) {
 			t.Parallel()
 			rmqtest.CheckGoroutines(t)
 			if name == "real" {
-				f(t, kickTarget{conn: conn(t), topic: kickSrcTopic, kicked: kickSrcGroup, alone: kickSrcAlone,
+				f(t, kickTarget{name: "rocketmq", conn: conn(t), topic: kickSrcTopic, kicked: kickSrcGroup, alone: kickSrcAlone,
 					trigger: brokeradmin.LiteDispatchKick(rmqtest.BrokerAddr())})
 				return
 			}
@@ -57,7 +58,7 @@ func kickTargets(t *testing.T, f func(t *testing.T, tg kickTarget)) {
 					t.Fatal(err)
 				}
 			}
-			f(t, kickTarget{conn: rmqflow.Connection{Endpoints: s.Addr()}, topic: "main", kicked: "kicked", alone: "alone",
+			f(t, kickTarget{name: "rmqfake", conn: rmqflow.Connection{Endpoints: s.Addr()}, topic: "main", kicked: "kicked", alone: "alone",
 				trigger: func(_ context.Context, group, _ string) error { return s.TriggerLiteDispatch(group, "") }})
 		})
 	}
@@ -142,7 +143,7 @@ func TestSourceLiteDispatchKick(t *testing.T) {
 			alone = firstOf(t, tg, tg.alone, run, 20*time.Second, nil)
 		}()
 		wg.Wait() // both sources closed: their kicks have ended
-		t.Logf("first message %v after Start with LiteDispatchKick (%d calls), %v without", kicked.Round(time.Millisecond), calls.Load(), alone.Round(time.Millisecond))
+		t.Logf("%s: first message %v after Start with LiteDispatchKick (%d calls), %v without", tg.name, kicked.Round(time.Millisecond), calls.Load(), alone.Round(time.Millisecond))
 		if kicked < 0 || kicked > 2*time.Second {
 			t.Errorf("with LiteDispatchKick: first message %v after Start, want 2 s at most", kicked)
 		}
@@ -235,3 +236,74 @@ func TestSourceLiteDispatchKickFails(t *testing.T) {
 type kickWriter func([]byte) (int, error)
 
 func (f kickWriter) Write(p []byte) (int, error) { return f(p) }
+
+// TestLiteSourceKicksAtStartAndAfterARejoin: on the source's clock, a
+// LiteDispatchKick run starts at Start (the first call at once) and ends
+// 5 s later without a message, with at most 21 calls; the re-join after
+// LiteRejoinAfter (30 s) starts another at once; nothing is called between.
+func TestLiteSourceKicksAtStartAndAfterARejoin(t *testing.T) {
+	ctx := rmqtest.Context(t, time.Minute)
+	var mu sync.Mutex
+	var at []time.Duration
+	called := make(chan struct{}, 1)
+	var r *rejoinRig
+	ready := make(chan struct{})
+	r = newRejoinRig(t, ctx, func(c *rmqflow.SourceConfig) {
+		c.LiteRejoinAfter = 30 * time.Second
+		c.LiteDispatchKick = func(_ context.Context, group, clientID string) error {
+			<-ready // r is set
+			mu.Lock()
+			at = append(at, r.mc.Now().Sub(r.t0))
+			mu.Unlock()
+			select {
+			case called <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+	})
+	close(ready)
+	// await blocks until a call at or after from has been recorded.
+	await := func(from time.Duration) {
+		t.Helper()
+		for {
+			mu.Lock()
+			n := len(at)
+			last := time.Duration(-1)
+			if n > 0 {
+				last = at[n-1]
+			}
+			mu.Unlock()
+			if last >= from {
+				return
+			}
+			select {
+			case <-called:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no LiteDispatchKick call at %v or later; calls at %v", from, at)
+			}
+		}
+	}
+	await(0)
+	r.advanceTo(t, 30*time.Second)
+	if got := r.removes(t); len(got) != 1 || got[0] != "30s" {
+		t.Fatalf("re-joins at %v, want one at 30s", got)
+	}
+	await(30 * time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	var first, second int
+	for _, d := range at {
+		switch {
+		case d <= rmqflow.LiteDispatchKickFor:
+			first++
+		case d == 30*time.Second:
+			second++
+		default:
+			t.Errorf("a call at %v: want calls within 5 s of the start and at the re-join (30 s) only; all: %v", d, at)
+		}
+	}
+	if at[0] != 0 || first > 21 || second != 1 {
+		t.Errorf("calls at %v: want the first at 0, at most 21 in the first 5 s, one at 30 s", at)
+	}
+}
