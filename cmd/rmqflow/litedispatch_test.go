@@ -19,7 +19,6 @@ import (
 func TestLiteDispatchCommand(t *testing.T) {
 	realEP, addr := os.Getenv(rmqtest.EnvEndpoint), rmqtest.BrokerAddr()
 	clearEnv(t)
-	t.Setenv("RMQFLOW_BROKER_ADDR", "")
 	for _, args := range [][]string{
 		{"lite-dispatch", "-group", "g"},
 		{"lite-dispatch", "-broker", "127.0.0.1:1"},
