@@ -167,7 +167,7 @@ type SourceConfig struct {
 	// group does nothing on 5.5.0). Each request makes the broker walk every
 	// lite consume queue it has (16 to 37 ms over 1,200,000 lite topics):
 	// at most 20 per join. docs/operations-lite.md, "A new consumer's first
-	// message"; conformance scenario z. Default nil: no kick.
+	// message"; conformance scenario aa. Default nil: no kick.
 	LiteDispatchKick func(ctx context.Context, group, clientID string) error
 	// UndecodableInvisibleDuration is the most invisibility a message whose
 	// body the Decoder refused (AckableMessage.Err) is emitted with: unless

@@ -181,7 +181,7 @@ func TriggerLiteDispatch(ctx context.Context, addr, group, clientID string, opts
 // group to the broker at addr. It ignores the client id on purpose: on
 // RocketMQ 5.5.0 a dispatch for one client of a wildcard group walks only
 // that client's own lite topic set, which is empty, and dispatches nothing
-// (conformance scenario z); the group's dispatch offers each lite topic with
+// (conformance scenario aa); the group's dispatch offers each lite topic with
 // a backlog to one of the group's clients, the new one included.
 func LiteDispatchKick(addr string, opts ...Option) func(ctx context.Context, group, clientID string) error {
 	return func(ctx context.Context, group, _ string) error {

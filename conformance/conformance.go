@@ -31,7 +31,7 @@ type Target struct {
 	// LiteDispatch runs the broker's triggerLiteDispatch for a lite group
 	// (and one client of it, when clientID is set), as the remoting admin
 	// request does (brokeradmin.TriggerLiteDispatch to the broker's own
-	// port) and rmqfake's Server.TriggerLiteDispatch (scenario z).
+	// port) and rmqfake's Server.TriggerLiteDispatch (scenario aa).
 	LiteDispatch func(ctx context.Context, group, clientID string) error
 }
 
@@ -54,7 +54,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."z", as in docs/broker-semantics.md
+	ID   string // "a".."z", "aa", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -86,7 +86,7 @@ var Scenarios = []Scenario{
 	{"w", "EventSetCap", EventSetCap},
 	{"x", "RestartAfterKill", RestartAfterKill},
 	{"y", "ChangeWithoutLiteTopic", ChangeWithoutLiteTopic},
-	{"z", "TriggerLiteDispatch", TriggerLiteDispatch},
+	{"aa", "TriggerLiteDispatch", TriggerLiteDispatch},
 }
 
 // Env gives scenarios clients bound to the target.

@@ -14,7 +14,7 @@ import (
 // event set refuses one (doFullDispatchByGroup); with clientID, only that
 // client's own lite topics would be, and on RocketMQ 5.5.0 a client of a
 // wildcard group has none of its own, so nothing is dispatched (as on the
-// broker: conformance scenario z). A pending scheduled full dispatch stays
+// broker: conformance scenario aa). A pending scheduled full dispatch stays
 // scheduled. With FastLiteDispatch every backlog is on offer already and it
 // does nothing.
 //

@@ -11,7 +11,7 @@ import (
 // The refusals of TriggerLiteDispatch follow the broker's: an unknown group
 // (26), a group without LiteBind (29); in AutoCreate mode the unknown group
 // is created as a normal group first (autoCreateSubscriptionGroup=true), so
-// 29. The dispatch itself is scenario z of the conformance suite.
+// 29. The dispatch itself is scenario aa of the conformance suite.
 func TestTriggerLiteDispatchRefusals(t *testing.T) {
 	s := rmqfake.NewForTest(t)
 	if err := s.CreateTopic("main", rmqfake.TopicLite); err != nil {

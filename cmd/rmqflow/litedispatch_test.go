@@ -50,7 +50,7 @@ func TestLiteDispatchCommand(t *testing.T) {
 		}{
 			{"rmqflow-no-such-group-cli", exitNotFound, 26},
 			{"rmqflow-normal-kick-g", exitFailure, 29},
-			{"rmqflow-lite-kick-group-g", exitOK, 0}, // scenario z's kicked group: one more kick changes nothing
+			{"rmqflow-lite-kick-group-g", exitOK, 0}, // scenario aa's kicked group: one more kick changes nothing
 		} {
 			code, stdout, stderr := runCLI(t, "", "lite-dispatch", "-broker", addr, "-group", c.group, "-json")
 			var out struct {

@@ -27,7 +27,7 @@ const EnvAuthEndpoint = "RMQFLOW_AUTH_ENDPOINT"
 
 // EnvBrokerAddr names the environment variable holding the real broker's own
 // remoting address (its listenPort, not the proxy's), for admin requests
-// such as triggerLiteDispatch (conformance scenario z); scripts/with-broker.sh
+// such as triggerLiteDispatch (conformance scenario aa); scripts/with-broker.sh
 // sets it. Without it BrokerAddr uses 127.0.0.1 and RMQ_BROKER_PORT, or
 // scripts/rocketmq.sh's default port, 18911.
 const EnvBrokerAddr = "RMQFLOW_BROKER_ADDR"

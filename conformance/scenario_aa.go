@@ -14,7 +14,7 @@ import (
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
 )
 
-// The fixtures of scenario z: a LITE main topic read by three wildcard
+// The fixtures of scenario aa: a LITE main topic read by three wildcard
 // groups, and a normal group.
 const (
 	KickTopic       = "rmqflow-lite-kick"
@@ -35,7 +35,7 @@ const (
 	JoinDispatchDelay = 5 * time.Second
 )
 
-// TriggerLiteDispatch (z): the broker's admin request triggerLiteDispatch
+// TriggerLiteDispatch (aa): the broker's admin request triggerLiteDispatch
 // (remoting 200079, to the broker's own port; rmqfake's
 // Server.TriggerLiteDispatch) refuses an unknown group (26,
 // SUBSCRIPTION_GROUP_NOT_EXIST) and a group that is not a lite group (29,
@@ -66,7 +66,7 @@ func TriggerLiteDispatch(t *testing.T, e *Env) {
 	t.Logf("refusals: %v; %v", err, err2)
 
 	p := e.Producer(t, KickTopic)
-	run := rmqtest.Unique("z")
+	run := rmqtest.Unique("aa")
 	for i := range kickLiteTopics {
 		SendLite(t, p, KickTopic, fmt.Sprintf("%s-%d", run, i), "x")
 	}
