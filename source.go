@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rmqflow/rmqflow/client"
@@ -144,6 +145,30 @@ type SourceConfig struct {
 	// its lite consume queues, and a message that arrives between the two
 	// calls may wait for that pass.
 	LiteRejoinAfter time.Duration
+	// LiteDispatchKick, when set, asks the broker to offer a wildcard lite
+	// group's backlog to its consumers now, so that a Source joining a
+	// group with a backlog gets its first message at once instead of 5 s
+	// plus up to one broker scan (10 s by default) after its join (RocketMQ
+	// 5.5.0 schedules a new wildcard client's first look at the backlog
+	// with a constant 5,000 ms, and no broker setting changes it). The
+	// source calls it for each wildcard binding once its subscription has
+	// reached the broker (Start, and each re-join after LiteRejoinAfter),
+	// with the binding's group and the source's client id for it, then
+	// every LiteDispatchKickEvery until the binding receives a message, for
+	// at most LiteDispatchKickFor (its ctx ends then, or when the source
+	// stops); a re-join while a run goes on starts none. A failure is logged (WARN the first time in a run, DEBUG
+	// after), counted (rmqflow.source.lite_dispatch_kicks, outcome=failed)
+	// and otherwise ignored: the broker's own dispatch still comes.
+	//
+	// The gRPC proxy has no such request: brokeradmin.LiteDispatchKick(addr)
+	// sends the broker's admin request triggerLiteDispatch to its own
+	// remoting port (addr, listenPort), which this process must be able to
+	// reach, for the whole group (a dispatch for one client of a wildcard
+	// group does nothing on 5.5.0). Each request makes the broker walk every
+	// lite consume queue it has (16 to 37 ms over 1,200,000 lite topics):
+	// at most 20 per join. docs/operations-lite.md, "A new consumer's first
+	// message"; conformance scenario aa. Default nil: no kick.
+	LiteDispatchKick func(ctx context.Context, group, clientID string) error
 	// UndecodableInvisibleDuration is the most invisibility a message whose
 	// body the Decoder refused (AckableMessage.Err) is emitted with: unless
 	// a Runner drives the source, the source neither leases nor renews such
@@ -177,6 +202,12 @@ const (
 	DefaultLiteRejoinAfter = 30 * time.Second
 	MinLiteRejoinAfter     = 10 * time.Second
 	maxLiteRejoins         = 4
+	// LiteDispatchKickEvery and LiteDispatchKickFor pace
+	// SourceConfig.LiteDispatchKick: a request at the join and every 250
+	// ms after it until a message comes, for 5 s at most (the broker's own
+	// first dispatch of a new client is due then).
+	LiteDispatchKickEvery = 250 * time.Millisecond
+	LiteDispatchKickFor   = 5 * time.Second
 	// DefaultUndecodableInvisibleDuration is
 	// SourceConfig.UndecodableInvisibleDuration's default.
 	DefaultUndecodableInvisibleDuration = 10 * time.Second
@@ -403,6 +434,12 @@ type binding struct {
 	lastMsg    time.Time     // when the last receive with messages was answered
 	rejoinWait time.Duration // how long the run must last for the next re-join
 	rejoins    int           // re-joins in the current idle run
+
+	// SourceConfig.LiteDispatchKick: withMsgs counts the receives that
+	// brought messages (a kick run ends when it moves); kicking is set while
+	// a run goes on.
+	withMsgs atomic.Int64
+	kicking  atomic.Bool
 }
 
 // rejoinDue records a receive of n messages, polled at polledAt and answered
@@ -606,6 +643,7 @@ func (s *Source[T]) Start(ctx context.Context) error {
 				s.fetch(fetchCtx, b)
 			}()
 		}
+		s.startKick(fetchCtx, b)
 	}
 	if !s.cfg.DisableQueueRenewal {
 		s.wg.Add(1)
@@ -716,6 +754,9 @@ func (s *Source[T]) fetch(ctx context.Context, b *binding) {
 			continue
 		}
 		b.received()
+		if len(msgs) > 0 {
+			b.withMsgs.Add(1)
+		}
 		bo.Reset()
 		if b.lite && len(b.exact) == 0 && s.cfg.LiteRejoinAfter > 0 {
 			if due, first := b.rejoinDue(polledAt, s.clk.now(), len(msgs), s.cfg.LiteRejoinAfter); due {
@@ -740,6 +781,60 @@ func (s *Source[T]) rejoin(ctx context.Context, b *binding, first bool) {
 	s.smetrics.rejoined(ctx, b)
 	if err := b.sess.Rejoin(ctx, b.topic); err != nil && ctx.Err() == nil {
 		s.log.Warn("rmqflow: re-joining the lite group failed", "topic", b.topic, "group", b.group, "err", err)
+	}
+	s.startKick(ctx, b)
+}
+
+// startKick starts a run of SourceConfig.LiteDispatchKick for wildcard
+// binding b, unless none is set or a run goes on: a request now and every
+// LiteDispatchKickEvery until b receives a message, for LiteDispatchKickFor
+// at most. The run belongs to the fetchers (fetchWG) and ends with ctx.
+func (s *Source[T]) startKick(ctx context.Context, b *binding) {
+	kick := s.cfg.LiteDispatchKick
+	if kick == nil || !b.lite || len(b.exact) > 0 || !b.kicking.CompareAndSwap(false, true) {
+		return
+	}
+	s.fetchWG.Add(1)
+	go func() {
+		defer s.fetchWG.Done()
+		defer b.kicking.Store(false)
+		s.kickRun(ctx, b, kick)
+	}()
+}
+
+func (s *Source[T]) kickRun(ctx context.Context, b *binding, kick func(context.Context, string, string) error) {
+	seen := b.withMsgs.Load()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The run's bound and pace follow the source's clock (SetSourceClock in
+	// tests); its end cancels a request under way.
+	stopRun := s.clk.afterFunc(LiteDispatchKickFor, cancel)
+	defer stopRun()
+	tick := make(chan struct{}, 1)
+	failed := false
+	for b.withMsgs.Load() == seen && ctx.Err() == nil {
+		stop := s.clk.afterFunc(LiteDispatchKickEvery, func() {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		})
+		err := kick(ctx, b.group, b.c.ID())
+		s.smetrics.kicked(context.WithoutCancel(ctx), b, err == nil)
+		if err != nil && ctx.Err() == nil {
+			level := slog.LevelWarn
+			if failed {
+				level = slog.LevelDebug
+			}
+			failed = true
+			s.log.Log(ctx, level, "rmqflow: LiteDispatchKick failed; the broker's own dispatch follows", "topic", b.topic, "group", b.group, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			return
+		case <-tick:
+		}
 	}
 }
 

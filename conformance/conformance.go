@@ -28,6 +28,11 @@ type Target struct {
 	// authentication and ACL 2.0 on, and the users and ACLs of
 	// scripts/rocketmq/users.txt (scenario t).
 	AuthEndpoint string
+	// LiteDispatch runs the broker's triggerLiteDispatch for a lite group
+	// (and one client of it, when clientID is set), as the remoting admin
+	// request does (brokeradmin.TriggerLiteDispatch to the broker's own
+	// port) and rmqfake's Server.TriggerLiteDispatch (scenario aa).
+	LiteDispatch func(ctx context.Context, group, clientID string) error
 }
 
 // MinInvisible is the smallest invisible duration the broker accepts on
@@ -49,7 +54,7 @@ func Run(t *testing.T, target Target) {
 
 // Scenario is one pinned behaviour.
 type Scenario struct {
-	ID   string // "a".."z", as in docs/broker-semantics.md
+	ID   string // "a".."z", "aa", as in docs/broker-semantics.md
 	Name string
 	Run  func(t *testing.T, e *Env)
 }
@@ -82,6 +87,7 @@ var Scenarios = []Scenario{
 	{"x", "RestartAfterKill", RestartAfterKill},
 	{"y", "ChangeWithoutLiteTopic", ChangeWithoutLiteTopic},
 	{"z", "AutoRenewedLiteHeld", AutoRenewedLiteHeld},
+	{"aa", "TriggerLiteDispatch", TriggerLiteDispatch},
 }
 
 // Env gives scenarios clients bound to the target.

@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/rmqflow/rmqflow/conformance"
@@ -17,5 +18,6 @@ func TestFake(t *testing.T) {
 	ttl := []rmqfake.Option{rmqfake.MinLiteTTL(conformance.MinLiteTTL), rmqfake.LiteTTLCheckInterval(conformance.LiteTTLCheckInterval)}
 	s := rmqfake.NewForTest(t, append(ttl, rmqfake.WithProjectFixtures())...)
 	auth := rmqfake.NewForTest(t, rmqfake.WithProjectFixtures(), rmqfake.WithProjectUsers())
-	conformance.Run(t, conformance.Target{Name: "rmqfake", Endpoint: s.Addr(), AuthEndpoint: auth.Addr()})
+	conformance.Run(t, conformance.Target{Name: "rmqfake", Endpoint: s.Addr(), AuthEndpoint: auth.Addr(),
+		LiteDispatch: func(_ context.Context, group, clientID string) error { return s.TriggerLiteDispatch(group, clientID) }})
 }

@@ -531,7 +531,7 @@ case "${1:-}" in
   restart-proxy) restart_proxy ;;
   status) status ;;
   logs) logs ;;
-  env) echo "RMQFLOW_ENDPOINT=$endpoint"; echo "RMQFLOW_AUTH_ENDPOINT=$auth_endpoint" ;;
+  env) echo "RMQFLOW_ENDPOINT=$endpoint"; echo "RMQFLOW_AUTH_ENDPOINT=$auth_endpoint"; echo "RMQFLOW_BROKER_ADDR=127.0.0.1:$RMQ_BROKER_PORT" ;;
   apply) apply "${2:-}" ;;
   pids) pids ;;
   conf) run=$(mktemp -d); write_conf; cat "$run/conf/broker.conf"; rm -rf "$run" ;;

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rmqflow/rmqflow"
+	"github.com/rmqflow/rmqflow/brokeradmin"
 	"github.com/rmqflow/rmqflow/client"
 )
 
@@ -32,7 +33,11 @@ In lite mode, messages sent before consume connected (a backlog) take 5 to
 consumer only in a full dispatch 5 to 15 s later (RocketMQ 5.5.0; rmqfake does
 the same unless started with rmqflow broker -fast-lite-dispatch), and the
 messages then wait for the next long poll. Consume prints nothing meanwhile;
-it is not stuck (a short -idle may end it first).
+it is not stuck (a short -idle may end it first). With -lite-dispatch-broker
+set to the broker's own remoting address (its listenPort, not the proxy's),
+consume asks the broker to dispatch the group's backlog at once when it joins
+(rmqflow lite-dispatch, SourceConfig.LiteDispatchKick): the backlog then shows
+within a second.
 
 -mode lite (the default) reads a LITE main topic through a wildcard lite group;
 -mode simple reads a normal topic with a -tag or -sql filter.
@@ -66,6 +71,7 @@ type consumeFlags struct {
 	concurrent int
 	maxOutage  time.Duration
 	json       bool
+	kickBroker string
 }
 
 func runConsume(args []string, stdout, stderr io.Writer) int {
@@ -86,6 +92,7 @@ func runConsume(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.concurrent, "fetch-concurrency", 1, "long-polling goroutines")
 	fs.DurationVar(&f.maxOutage, "max-outage", time.Minute, "stop with exit 3 once receiving has failed for this long because the broker does not answer")
 	fs.BoolVar(&f.json, "json", false, "JSON lines instead of bodies")
+	fs.StringVar(&f.kickBroker, "lite-dispatch-broker", "", "lite mode: the broker's remoting `host:port` (listenPort, not the proxy's), asked to dispatch the group's backlog when consume joins")
 	if done, code := parseFlags(fs, args, stdout, consumeUsage, consumeExamples, clientFooter); done {
 		return code
 	}
@@ -120,7 +127,14 @@ func consume(ctx context.Context, f consumeFlags, stdout, stderr io.Writer) int 
 	switch f.mode {
 	case "lite":
 		cfg.Lite = []rmqflow.LiteBinding{{Topic: f.topic, Group: f.group}}
+		if f.kickBroker != "" {
+			cfg.LiteDispatchKick = brokeradmin.LiteDispatchKick(f.kickBroker)
+		}
 	case "simple":
+		if f.kickBroker != "" {
+			fmt.Fprintln(stderr, "rmqflow consume: -lite-dispatch-broker is for -mode lite")
+			return exitUsage
+		}
 		cfg.Mode, cfg.Topic, cfg.Group = rmqflow.ModeSimple, f.topic, f.group
 		if f.tag != "" {
 			cfg.Filter = client.TagFilter(f.tag)

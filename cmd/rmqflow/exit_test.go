@@ -87,7 +87,7 @@ func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stder
 }
 
 func clearEnv(t *testing.T) {
-	for _, k := range []string{"RMQFLOW_ENDPOINT", "RMQFLOW_NAMESPACE", "RMQFLOW_ACCESS_KEY", "RMQFLOW_SECRET_KEY"} {
+	for _, k := range []string{"RMQFLOW_ENDPOINT", "RMQFLOW_NAMESPACE", "RMQFLOW_ACCESS_KEY", "RMQFLOW_SECRET_KEY", "RMQFLOW_BROKER_ADDR"} {
 		t.Setenv(k, "")
 	}
 }

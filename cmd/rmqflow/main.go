@@ -1,12 +1,13 @@
 // Command rmqflow is rmqflow's command-line tool:
 //
-//	rmqflow demo [flags]     fair per-lite-topic throttling, shown on the emulator
-//	rmqflow produce [flags]  send messages
-//	rmqflow consume [flags]  print messages; ack, defer or leave them
-//	rmqflow bench [flags]    rmqflow against the official clients, ratios
-//	rmqflow broker [flags]   run rmqfake, the embedded RocketMQ 5 emulator
-//	rmqflow version          print the version
-//	rmqflow help [command]   show help
+//	rmqflow demo [flags]           fair per-lite-topic throttling, shown on the emulator
+//	rmqflow produce [flags]        send messages
+//	rmqflow consume [flags]        print messages; ack, defer or leave them
+//	rmqflow bench [flags]          rmqflow against the official clients, ratios
+//	rmqflow broker [flags]         run rmqfake, the embedded RocketMQ 5 emulator
+//	rmqflow lite-dispatch [flags]  make a broker offer a lite group's backlog now
+//	rmqflow version                print the version
+//	rmqflow help [command]         show help
 //
 // Run "rmqflow help broker" for the broker's flags.
 package main
@@ -37,6 +38,7 @@ func commands() []command {
 		{"consume", "print messages from a source; ack, defer or leave them", runConsume},
 		{"bench", "measure rmqflow against the official clients on one broker (in a checkout)", runBench},
 		{"broker", "run rmqfake, the embedded RocketMQ 5 emulator, as a standalone server", runBroker},
+		{"lite-dispatch", "make a broker offer a lite group's backlog to its consumers now (its remoting port)", runLiteDispatch},
 		{"version", "print the version", runVersion},
 		{"help", "show help for rmqflow or one of its commands", runHelp},
 	}
@@ -73,7 +75,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "rmqflow help <command>" for a command's flags.`)

@@ -25,6 +25,24 @@ const EnvEndpoint = "RMQFLOW_ENDPOINT"
 // on (conformance scenario t); scripts/with-broker.sh sets it.
 const EnvAuthEndpoint = "RMQFLOW_AUTH_ENDPOINT"
 
+// EnvBrokerAddr names the environment variable holding the real broker's own
+// remoting address (its listenPort, not the proxy's), for admin requests
+// such as triggerLiteDispatch (conformance scenario aa); scripts/with-broker.sh
+// sets it. Without it BrokerAddr uses 127.0.0.1 and RMQ_BROKER_PORT, or
+// scripts/rocketmq.sh's default port, 18911.
+const EnvBrokerAddr = "RMQFLOW_BROKER_ADDR"
+
+// BrokerAddr returns the real broker's remoting address (EnvBrokerAddr).
+func BrokerAddr() string {
+	if a := os.Getenv(EnvBrokerAddr); a != "" {
+		return a
+	}
+	if p := os.Getenv("RMQ_BROKER_PORT"); p != "" {
+		return "127.0.0.1:" + p
+	}
+	return "127.0.0.1:18911"
+}
+
 // EnvSkipBroker, set to 1, skips real-broker tests for local iteration. CI never
 // sets it; a skip is printed loudly.
 const EnvSkipBroker = "RMQFLOW_SKIP_REAL_BROKER"
