@@ -25,7 +25,10 @@ import (
 type target struct {
 	repo     string
 	endpoint string
-	fake     *rmqfake.Server
+	// brokerAddr is the broker's own remoting address (-broker-addr), for
+	// peers with kick=on.
+	brokerAddr string
+	fake       *rmqfake.Server
 	cpu      *cpuSampler // nil on the emulator
 }
 

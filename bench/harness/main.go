@@ -36,6 +36,7 @@ type config struct {
 	resume       *runFile // -resume: the run being continued
 	endpoint     string
 	emulator     bool
+	brokerAddr   string
 	repo         string
 	out          string
 	report       string
@@ -165,6 +166,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	def := os.Getenv("RMQFLOW_ENDPOINT")
 	fs.StringVar(&c.endpoint, "endpoint", def, "the broker's gRPC `host:port` (default $RMQFLOW_ENDPOINT); it must be the one scripts/rocketmq.sh runs, whose JVMs the harness samples")
+	fs.StringVar(&c.brokerAddr, "broker-addr", os.Getenv("RMQFLOW_BROKER_ADDR"), "the broker's own remoting `host:port` (default $RMQFLOW_BROKER_ADDR, which scripts/with-broker.sh exports), for peers with kick=on")
 	fs.BoolVar(&c.emulator, "emulator", false, "run on an in-process rmqfake instead (no broker CPU)")
 	fs.StringVar(&c.repo, "repo", "", "rmqflow checkout `dir` (default: found from the working directory)")
 	fs.StringVar(&c.out, "out", "", "`dir` for the run's results.jsonl and peer logs (default <repo>/.cache/bench/<time>)")
@@ -254,6 +256,15 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 			}
 		}
 		c.peers = kept
+	}
+	for _, p := range c.peers {
+		switch {
+		case !p.kicks():
+		case c.emulator:
+			return c, fmt.Errorf("-peers %s: kick=on needs the real broker's remoting port, which rmqfake has not (drop it with -emulator)", p.Name())
+		case c.brokerAddr == "":
+			return c, fmt.Errorf("-peers %s: kick=on needs the broker's remoting address: give -broker-addr (or RMQFLOW_BROKER_ADDR)", p.Name())
+		}
 	}
 	if c.endpoint == "" && !c.emulator {
 		return c, errors.New("give -endpoint (or RMQFLOW_ENDPOINT) or -emulator")
@@ -376,7 +387,7 @@ func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
 	if b.bins, err = peerBins(ctx, repo, programs, logw); err != nil {
 		return nil, err
 	}
-	b.tgt = &target{repo: repo, endpoint: cfg.endpoint}
+	b.tgt = &target{repo: repo, endpoint: cfg.endpoint, brokerAddr: cfg.brokerAddr}
 	if cfg.emulator {
 		// Drain steps leave unconsumed backlogs behind (about 34 MB each):
 		// a whole run would pass the default 1 GiB store limit.

@@ -43,8 +43,11 @@ func TestPeerOptions(t *testing.T) {
 		t.Errorf("the A/B peer shares the plain variant's cell %q", r1.Key())
 	}
 	for entry, want := range map[string]string{
-		"rmqflow/runner+fetch=2":                    "takes the options max-held=…",
-		"rmqflow/loop+max-held=1024":                "rmqflow/loop takes no options",
+		"rmqflow/runner+fetch=2":                    "takes the options max-held=…, kick=…",
+		"rmqflow/loop+max-held=1024":                "rmqflow/loop takes the options kick=…",
+		"raw/raw+kick=on":                           "raw/raw takes no options",
+		"rmqflow/loop+kick=yes":                     "option kick takes on",
+		"rmqflow/loop+kick=on":                      "which rmqfake has not",
 		"rmqflow/runner+max-held=":                  "wants a value",
 		"rmqflow/runner+max-held=1.5":               "wants a value",
 		"rmqflow/runner+max-held=1+max-held=2":      "given twice",
@@ -64,7 +67,7 @@ func TestPeerOptions(t *testing.T) {
 		t.Skip("no true(1):", err)
 	}
 	r := &run{Peer: ab, Mode: "lite", ID: "r1", Topic: "t", Group: "g", LiteTopics: 2, LogPath: filepath.Join(t.TempDir(), "peer.log")}
-	sp, err := startPeer(context.Background(), []string{bin}, r, "127.0.0.1:1", time.Minute)
+	sp, err := startPeer(context.Background(), []string{bin}, r, "127.0.0.1:1", "", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,5 +79,41 @@ func TestPeerOptions(t *testing.T) {
 	line, _, _ := strings.Cut(string(log), "\n")
 	if !strings.Contains(line, " --max-held=1024 ") || !strings.Contains(line, " --variant=runner ") {
 		t.Errorf("peer command line %q, want --max-held=1024 and --variant=runner", line)
+	}
+}
+
+// TestKickPeer: kick=on is a real-broker option: with -emulator or without
+// the broker's remoting address it is refused; otherwise the peer is started
+// with --lite-dispatch-broker=<-broker-addr> (not --kick=on), and the report
+// names it.
+func TestKickPeer(t *testing.T) {
+	if _, err := parseConfig([]string{"-endpoint", "127.0.0.1:1", "-broker-addr", "", "-peers", "rmqflow/loop+kick=on"}, io.Discard); err == nil || !strings.Contains(err.Error(), "give -broker-addr") {
+		t.Errorf("kick=on without a broker address: %v", err)
+	}
+	c, err := parseConfig([]string{"-endpoint", "127.0.0.1:1", "-broker-addr", "127.0.0.1:2", "-peers", "rmqflow/loop,rmqflow/loop+kick=on"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kick := c.peers[1]
+	if !kick.kicks() || c.peers[0].kicks() || len(kick.flags()) != 0 || kick.Label != "rmqflow Source + AckAsync, LiteDispatchKick" || c.brokerAddr != "127.0.0.1:2" {
+		t.Fatalf("kick peer %+v (flags %q), broker %q", kick, kick.flags(), c.brokerAddr)
+	}
+	bin, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("no true(1):", err)
+	}
+	r := &run{Peer: kick, Mode: "lite", ID: "r1", Topic: "t", Group: "g", LiteTopics: 2, LogPath: filepath.Join(t.TempDir(), "peer.log")}
+	sp, err := startPeer(context.Background(), []string{bin}, r, "127.0.0.1:1", c.brokerAddr, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.wait(r)
+	log, err := os.ReadFile(r.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(log), "\n")
+	if !strings.Contains(line, " --lite-dispatch-broker=127.0.0.1:2 ") || strings.Contains(line, "--kick") {
+		t.Errorf("peer command line %q, want --lite-dispatch-broker=127.0.0.1:2 and no --kick", line)
 	}
 }

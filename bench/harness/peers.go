@@ -112,9 +112,12 @@ type startedPeer struct {
 }
 
 // startPeer starts the peer of r; its stderr goes to r.LogPath.
-func startPeer(ctx context.Context, argv []string, r *run, endpoint string, timeout time.Duration) (*startedPeer, error) {
+func startPeer(ctx context.Context, argv []string, r *run, endpoint, brokerAddr string, timeout time.Duration) (*startedPeer, error) {
 	args := append([]string{}, argv[1:]...)
 	args = append(args, r.Peer.flags()...)
+	if r.Peer.kicks() {
+		args = append(args, "--lite-dispatch-broker="+brokerAddr)
+	}
 	args = append(args,
 		"--endpoint="+endpoint, "--topic="+r.Topic, "--group="+r.Group, "--mode="+r.Mode,
 		"--variant="+r.Peer.Variant, "--run="+r.ID,

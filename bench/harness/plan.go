@@ -48,6 +48,22 @@ func (p peer) slug() string {
 func (p peer) flags() []string {
 	var out []string
 	for _, o := range p.Options {
+		if o == "kick=on" {
+			continue // startPeer passes --lite-dispatch-broker
+		}
+		out = append(out, "--"+o)
+	}
+	return out
+}
+
+// labels are the options as the report names them.
+func (p peer) labels() []string {
+	var out []string
+	for _, o := range p.Options {
+		if o == "kick=on" {
+			out = append(out, "LiteDispatchKick")
+			continue
+		}
 		out = append(out, "--"+o)
 	}
 	return out
@@ -80,11 +96,17 @@ var allPeers = []peer{
 // peerOptions are the options each peer takes in a -peers entry
 // ("program/variant+name=value"): the names of its flags that an A/B
 // comparison may set (bench/README.md, "Options").
+// kick=on makes the peer's Source call SourceConfig.LiteDispatchKick with
+// the broker's remoting address (-broker-addr): real broker, lite mode.
 var peerOptions = map[string][]string{
-	"rmqflow/runner":           {"max-held"},
-	"rmqflow/runner-pipelined": {"max-held"},
-	"rmqflow/runner-throttle":  {"max-held"},
+	"rmqflow/loop":             {"kick"},
+	"rmqflow/runner":           {"max-held", "kick"},
+	"rmqflow/runner-pipelined": {"max-held", "kick"},
+	"rmqflow/runner-throttle":  {"max-held", "kick"},
 }
+
+// kicks reports whether p was given kick=on.
+func (p peer) kicks() bool { return slices.Contains(p.Options, "kick=on") }
 
 func findPeer(name string) (peer, bool) {
 	for _, p := range allPeers {
@@ -132,11 +154,13 @@ func findPeers(entry string) ([]peer, error) {
 			return nil, fmt.Errorf("-peers: %q: option %s given twice", entry, k)
 		case v == "" || strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "":
 			return nil, fmt.Errorf("-peers: %q: option %s wants a value of letters, digits, '-' and '_'", entry, k)
+		case k == "kick" && v != "on":
+			return nil, fmt.Errorf("-peers: %q: option kick takes on", entry)
 		}
 		seen[k] = true
 		p.Options = append(p.Options, k+"="+v)
 	}
-	p.Label += ", " + strings.Join(p.flags(), " ")
+	p.Label += ", " + strings.Join(p.labels(), " ")
 	return []peer{p}, nil
 }
 

@@ -485,7 +485,7 @@ func (b *bench) runOne(ctx context.Context, r *run, n, total int, load loadFunc)
 		}
 		r.BrokerBase, r.Settle = b.tgt.cpu.settle(ctx, period, 30*time.Second)
 	}
-	sp, err := startPeer(ctx, b.bins[r.Peer.Program], r, b.tgt.endpoint, b.cfg.peerTimeout)
+	sp, err := startPeer(ctx, b.bins[r.Peer.Program], r, b.tgt.endpoint, b.tgt.brokerAddr, b.cfg.peerTimeout)
 	if err != nil {
 		r.Result = result{Peer: r.Peer.Program, Variant: r.Peer.Variant, Mode: r.Mode, Error: err.Error()}
 		b.recordUnlessInterrupted(ctx, r, desc)

@@ -14,7 +14,9 @@
 //     with its defaults)).
 //
 // Both modes. --fetch overrides the FetchConcurrency, --max-held the runner
-// variants' RunnerConfig.MaxHeld (0: its default). It prints one JSON line on
+// variants' RunnerConfig.MaxHeld (0: its default); --lite-dispatch-broker
+// sets SourceConfig.LiteDispatchKick to brokeradmin.LiteDispatchKick of that
+// address (lite mode; the harness's peer option kick=on). It prints one JSON line on
 // stdout (see bench/README.md).
 package main
 
@@ -30,9 +32,11 @@ import (
 
 	"github.com/rmqflow/rmqflow"
 	"github.com/rmqflow/rmqflow/bench/internal/peerkit"
+	"github.com/rmqflow/rmqflow/brokeradmin"
 )
 
 var fetchFlag, loopWorkers, maxHeld int
+var kickBroker string
 
 func main() {
 	both := []string{"normal", "lite"}
@@ -52,6 +56,7 @@ func main() {
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&fetchFlag, "fetch", 0, "rmqflow: SourceConfig.FetchConcurrency (0: the variant's default, see bench/README.md)")
 			fs.IntVar(&loopWorkers, "loop-workers", 0, "rmqflow loop: goroutines calling Next (0: 1, or --concurrency with --handler-delay)")
+			fs.StringVar(&kickBroker, "lite-dispatch-broker", "", "rmqflow, lite mode: the broker's own remoting `host:port` for SourceConfig.LiteDispatchKick (brokeradmin.LiteDispatchKick; empty: no kick)")
 			fs.IntVar(&maxHeld, "max-held", 0, "rmqflow runner*: RunnerConfig.MaxHeld (0: the Runner's default, max(4 × --concurrency, rmqflow.DefaultRunnerMaxHeld))")
 		},
 	})
@@ -75,7 +80,13 @@ func newSource(f peerkit.Flags, m *meter) (*rmqflow.Source[[]byte], error) {
 	}
 	if f.Lite() {
 		cfg.Lite = []rmqflow.LiteBinding{{Topic: f.Topic, Group: f.Group}}
+		if kickBroker != "" {
+			cfg.LiteDispatchKick = brokeradmin.LiteDispatchKick(kickBroker)
+		}
 	} else {
+		if kickBroker != "" {
+			return nil, errors.New("--lite-dispatch-broker applies to lite mode")
+		}
 		cfg.Mode, cfg.Topic, cfg.Group = rmqflow.ModeSimple, f.Topic, f.Group
 	}
 	return rmqflow.NewSource(cfg, rmqflow.BytesDecoder())
