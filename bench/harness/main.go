@@ -458,7 +458,8 @@ func (b *bench) warmupFor(p peer) int {
 func (b *bench) peersFor(mode string, only ...string) []peer {
 	var out []peer
 	for _, p := range b.cfg.peers {
-		if p.supports(mode) && (len(only) == 0 || slices.Contains(only, p.Name())) {
+		// An A/B peer (options) goes where its variant goes.
+		if p.supports(mode) && (len(only) == 0 || slices.Contains(only, p.Program+"/"+p.Variant)) {
 			out = append(out, p)
 		}
 	}

@@ -117,3 +117,20 @@ func TestKickPeer(t *testing.T) {
 		t.Errorf("peer command line %q, want --lite-dispatch-broker=127.0.0.1:2 and no --kick", line)
 	}
 }
+
+// TestABPeerGoesWhereItsVariantGoes: a scenario that lists the variants it
+// runs (topics: rmqflow/loop, ...) runs their A/B peers too.
+func TestABPeerGoesWhereItsVariantGoes(t *testing.T) {
+	c, err := parseConfig([]string{"-emulator", "-peers", "rmqflow/loop,rmqflow/runner+max-held=1024,raw/raw"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{cfg: c}
+	var names []string
+	for _, p := range b.peersFor("lite", "rmqflow/runner", "raw/raw") {
+		names = append(names, p.Name())
+	}
+	if want := []string{"rmqflow/runner+max-held=1024", "raw/raw"}; !slices.Equal(names, want) {
+		t.Errorf("peers for runner and raw: %q, want %q", names, want)
+	}
+}
