@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +44,7 @@ func TestLiteSettingsFromScript(t *testing.T) {
 	if again, err := profileSettings(repo, "many"); err != nil || again["maxClientEventCount"] != many["maxClientEventCount"] {
 		t.Errorf("with RMQ_MAX_CLIENT_EVENT_COUNT=7 in the environment the many profile read %v (%v), want %v", again, err, many)
 	}
-	if _, err := profileSettings(repo, "bogus"); err == nil || !strings.Contains(err.Error(), "want default or many") {
+	if _, err := profileSettings(repo, "bogus"); err == nil || !strings.Contains(err.Error(), "want one of: default many") {
 		t.Errorf("an unknown profile: %v, want the script's refusal", err)
 	}
 	opts, ignored, err := fakeLiteOptions(many)
@@ -172,4 +175,122 @@ func TestHarnessLiteProfilesOnEmulator(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, rep)
 		}
 	}
+}
+
+// fakeScriptRepo is a checkout whose scripts/rocketmq.sh stands in for a
+// broker: conf (and profiles) are the real script's; up "starts" a broker
+// by writing the lite lines the real conf prints under its environment
+// (what the real lite would print afterwards), and every down and up is
+// logged with the RMQ_ variables it ran with. It returns the repo and a
+// function that reads the log. The broker "found" at the start was started
+// with env.
+func fakeScriptRepo(t *testing.T, env ...string) (string, func() string) {
+	t.Helper()
+	real, err := findRepo("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	if err := os.MkdirAll(filepath.Join(dir, "scripts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := `#!/usr/bin/env bash
+set -eu
+real=` + filepath.Join(real, "scripts", "rocketmq.sh") + `
+state=` + state + `
+case "$1" in
+  conf|profiles) exec "$real" "$@" ;;
+  lite) cat "$state/lite" ;;
+  down) echo down >>"$state/calls"; : >"$state/lite" ;;
+  up)
+    echo "up $(env | grep -E '^RMQ_(LITE_PROFILE|MAX_CLIENT_EVENT_COUNT|LITE_EVENT_CHECK_MS|LITE_FULL_DISPATCH_DELAY_MS|LITE_CLIENT_FULL_DISPATCH_DELAY_MS|STORE_TYPE)=' | sort | tr '\n' ' ' | sed 's/ $//')" >>"$state/calls"
+    "$real" conf | sed -n '/^# Lite dispatch/,$p' | grep -v '^#' >"$state/lite" || true ;;
+  pids) echo "namesrv $PPID"; echo "broker $PPID"; echo "proxy $PPID" ;;
+  *) exit 2 ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(dir, "scripts", "rocketmq.sh"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The broker the run finds.
+	up := exec.Command(filepath.Join(dir, "scripts", "rocketmq.sh"), "up")
+	up.Env = append(os.Environ(), env...)
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("starting the found broker: %v: %s", err, out)
+	}
+	if err := os.Remove(filepath.Join(state, "calls")); err != nil {
+		t.Fatal(err)
+	}
+	return dir, func() string {
+		b, _ := os.ReadFile(filepath.Join(state, "calls"))
+		return string(b)
+	}
+}
+
+// TestRestoreProfileByName: a broker found running with the many profile
+// (whose settings include storeType and persistConsumerOffsetIncrementally,
+// which no single variable of scripts/rocketmq.sh sets) is restored by its
+// profile's name after the run switched it to default; a broker found with
+// settings of no profile is left as the run's last profile, and the log and
+// the report say so.
+func TestRestoreProfileByName(t *testing.T) {
+	for _, k := range []string{"RMQ_LITE_PROFILE", "RMQ_MAX_CLIENT_EVENT_COUNT", "RMQ_LITE_EVENT_CHECK_MS", "RMQ_LITE_FULL_DISPATCH_DELAY_MS", "RMQ_LITE_CLIENT_FULL_DISPATCH_DELAY_MS", "RMQ_STORE_TYPE", "RMQ_BROKER_CONF"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	ctx := context.Background()
+	t.Run("many", func(t *testing.T) {
+		repo, calls := fakeScriptRepo(t, "RMQ_LITE_PROFILE=many")
+		var log bytes.Buffer
+		b := &bench{cfg: config{repo: repo}, log: &log, tgt: &target{repo: repo}}
+		changed, err := b.useProfile(ctx, "default")
+		if err != nil || !changed {
+			t.Fatalf("useProfile(default) on a many broker: changed %v, %v\n%s", changed, err, log.String())
+		}
+		if changed, err := b.useProfile(ctx, "many"); err != nil || !changed {
+			t.Fatalf("useProfile(many): changed %v, %v\n%s", changed, err, log.String())
+		}
+		if _, err := b.useProfile(ctx, "default"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.restoreProfile(ctx); err != nil {
+			t.Fatalf("restoreProfile: %v\n%s", err, log.String())
+		}
+		b.tgt.cpu.close()
+		got := strings.Split(strings.TrimSpace(calls()), "\n")
+		want := []string{"down", "up RMQ_LITE_PROFILE=default", "down", "up RMQ_LITE_PROFILE=many", "down", "up RMQ_LITE_PROFILE=default", "down", "up RMQ_LITE_PROFILE=many"}
+		if !slices.Equal(got, want) {
+			t.Errorf("the script ran\n%q\nwant\n%q\nlog:\n%s", got, want, log.String())
+		}
+		if !strings.Contains(log.String(), "restarting the broker with the lite profile it had, many") {
+			t.Errorf("the log does not name the profile restored:\n%s", log.String())
+		}
+		if b.restoreNote != "" {
+			t.Errorf("a note for a restored broker: %q", b.restoreNote)
+		}
+	})
+	t.Run("no profile", func(t *testing.T) {
+		repo, calls := fakeScriptRepo(t, "RMQ_LITE_PROFILE=many", "RMQ_MAX_CLIENT_EVENT_COUNT=7")
+		var log bytes.Buffer
+		b := &bench{cfg: config{repo: repo}, log: &log, tgt: &target{repo: repo}}
+		if _, err := b.useProfile(ctx, "default"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.restoreProfile(ctx); err != nil {
+			t.Fatalf("restoreProfile: %v", err)
+		}
+		b.tgt.cpu.close()
+		if got := strings.Count(calls(), "up "); got != 1 {
+			t.Errorf("%d starts, want 1 (the default profile; none to restore):\n%s", got, calls())
+		}
+		for _, want := range []string{"maxClientEventCount=7", "no profile of scripts/rocketmq.sh", "left running with the lite profile default"} {
+			if !strings.Contains(log.String(), want) || !strings.Contains(b.restoreNote, want) {
+				t.Errorf("the log and the report note do not say %q:\nlog: %s\nnote: %s", want, log.String(), b.restoreNote)
+			}
+		}
+	})
 }

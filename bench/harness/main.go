@@ -184,7 +184,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.size, "size", 1024, "message body `bytes`")
 	fs.IntVar(&c.liteTopics, "lite-topics", 100, "lite topics a lite backlog spreads over")
 	counts := fs.String("topic-counts", "100,10000,100000", "lite topic counts of the topics scenario")
-	profiles := fs.String("lite-profiles", "default,many", "the broker's lite dispatch `profiles` (scripts/rocketmq.sh RMQ_LITE_PROFILE; docs/operations-lite.md) the topics scenario runs under, side by side in the report; every other scenario runs under the first. The harness restarts the broker (down, up: a fresh store) to change them, and restores its settings at the end; on the emulator, a new rmqfake with the same settings")
+	profiles := fs.String("lite-profiles", "default,many", "the broker's lite dispatch `profiles` (scripts/rocketmq.sh RMQ_LITE_PROFILE; docs/operations-lite.md) the topics scenario runs under, side by side in the report; every other scenario runs under the first. The harness restarts the broker (down, up: a fresh store) to change them, and at the end restarts it with the profile it found (a broker found with settings of no profile is left with the last one, and the report says so); on the emulator, a new rmqfake with the same settings")
 	fs.BoolVar(&c.noWatchdog, "no-watchdog", false, "do not restart the proxy after a run failed with a sign of a degraded proxy (ILLEGAL_POLLING_TIME, Telemetry handshake timeouts, …)")
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the run order (default: from the clock; printed)")
 	fs.DurationVar(&c.peerTimeout, "peer-timeout", 4*time.Minute, "give up on a peer run after this long")
@@ -309,12 +309,19 @@ type bench struct {
 	restarts []restart // the watchdog's proxy restarts
 
 	// Lite dispatch profiles (liteprofile.go): those the run used, the
-	// emulator's current one, the real broker's settings before the run
-	// changed them, and how often it restarted the broker for them.
+	// emulator's current one, the real broker's settings and profile (""
+	// if none has them) before the run changed them, the profiles
+	// scripts/rocketmq.sh knows, the real broker's profile now, how often
+	// the run restarted the broker, and why it did not restore it at the
+	// end (for the report).
 	profiles       []liteProfile
 	fakeProfile    string
 	startSettings  map[string]string
+	startProfile   string
+	knownProfiles  []string
+	brokerProfile  string
 	brokerRestarts int
+	restoreNote    string
 
 	// A resumed run (resume.go): when the run first started, when it was
 	// resumed, and the runs recorded before.

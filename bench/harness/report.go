@@ -350,6 +350,9 @@ func (b *bench) topicsTable(w io.Writer) {
 			fmt.Fprintf(w, "the harness restarted the broker %d times for them (a fresh store each time).\n\n", b.brokerRestarts)
 		}
 	}
+	if b.restoreNote != "" {
+		fmt.Fprintf(w, "**The broker was not restored at the end:** %s.\n\n", b.restoreNote)
+	}
 	fmt.Fprintf(w, "| peer | profile | lite topics | msgs/s | peak RSS MB | start-up s (to the first message) | client CPU µs/msg | broker CPU µs/msg |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range b.runs {
 		if r.Scenario != scTopics {
