@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,6 +87,32 @@ func (t *target) create(fs []fixture, dir string) error {
 		return fmt.Errorf("scripts/rocketmq.sh apply: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// heapInUse is, on the emulator, the harness process's heap in use after a
+// collection: rmqfake's memory, with the harness's own (small) beside it.
+// 0 on a real broker.
+func (t *target) heapInUse() int64 {
+	if t.fake == nil {
+		return 0
+	}
+	runtime.GC()
+	runtime.GC() // (as rmqfake's BenchmarkScaleMemory: what the first one's finalizers freed)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// liteTopicsHolding counts, on the emulator, the lite topics of topic that
+// hold a message.
+func (t *target) liteTopicsHolding(topic string) int {
+	n := 0
+	for _, l := range t.fake.Stats().Topics[topic].LiteTopics {
+		if l.Stored > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func (t *target) connection() rmqflow.Connection {

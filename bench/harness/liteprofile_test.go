@@ -294,3 +294,91 @@ func TestRestoreProfileByName(t *testing.T) {
 		}
 	})
 }
+
+// topicsOnEmulator runs the topics scenario on the emulator at counts
+// (under the many profile only, one peer) and returns its results.jsonl
+// lines and report.
+func topicsOnEmulator(t *testing.T, counts string) ([]map[string]any, string) {
+	t.Helper()
+	out := t.TempDir()
+	report := filepath.Join(out, "report.md")
+	var stdout, stderr bytes.Buffer
+	code := run1([]string{"-emulator", "-scenarios", "topics", "-topic-counts", counts, "-lite-profiles", "many", "-peers", "rmqflow/loop",
+		"-window", "30s", "-window-messages", "200", "-warmup", "0", "-out", out, "-report", report}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("harness exit %d\nstderr:\n%s", code, stderr.String())
+	}
+	data, err := os.ReadFile(filepath.Join(out, "results.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, m)
+	}
+	rep, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines, string(rep)
+}
+
+// TestTopicsFillEveryLiteTopic: a topics step named N lite topics puts a
+// message in each of the N, whatever its window's backlog (200 messages
+// here: a backlog of 5,110 before, so 6,000 lite topics were 5,110), and
+// the report says how many lite topics were filled, counted on rmqfake.
+func TestTopicsFillEveryLiteTopic(t *testing.T) {
+	cfg, err := parseConfig([]string{"-emulator", "-scenarios", "topics", "-topic-counts", "100,1000000", "-peers", "rmqflow/loop,raw/raw"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{cfg: cfg, rng: rand.New(rand.NewPCG(1, 2)), stamp: "0101-000000"}
+	for _, s := range b.plan() {
+		if s.backlog != nil && s.backlog.Messages < s.backlog.LiteTopics {
+			t.Errorf("a backlog of %d messages for %d lite topics", s.backlog.Messages, s.backlog.LiteTopics)
+		}
+	}
+	if testing.Short() {
+		t.Skip("builds the peers: not in -short")
+	}
+	lines, rep := topicsOnEmulator(t, "100,6000")
+	filled := map[float64]float64{}
+	for _, l := range lines {
+		f, _ := l["lite_topics_filled"].(float64)
+		filled[l["lite_topics"].(float64)] = f
+	}
+	if filled[100] != 100 || filled[6000] != 6000 {
+		t.Errorf("lite topics filled by count %v, want 100 and 6000", filled)
+	}
+	if !strings.Contains(rep, "| lite topics filled |") || !strings.Contains(rep, "| 6,000 | 6,000 |") {
+		t.Errorf("the report does not give the lite topics filled:\n%s", rep)
+	}
+}
+
+// TestTopicsReportEmulatorMemory: on the emulator the topics table gives
+// rmqfake's heap after each backlog, per message and per lite topic (issue
+// 25 point 3: 1,000,000 lite topics on rmqfake "with its memory reported").
+func TestTopicsReportEmulatorMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the peers: not in -short")
+	}
+	lines, rep := topicsOnEmulator(t, "100,6000")
+	for _, l := range lines {
+		heap, _ := l["emulator_heap_bytes"].(float64)
+		bl, _ := l["emulator_backlog_heap_bytes"].(float64)
+		// 6,000 or 5,110 messages of 1 KiB: the backlog's heap holds at
+		// least their bodies, and the heap at least the backlog.
+		if bl < 5000*1024 || heap < bl {
+			t.Errorf("%v lite topics: heap %v B, backlog %v B", l["lite_topics"], heap, bl)
+		}
+	}
+	for _, want := range []string{"rmqfake heap MB", "backlog B/msg", "B per lite topic"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("the report lacks %q:\n%s", want, rep)
+		}
+	}
+}

@@ -75,8 +75,10 @@ not of its run fails the run. Scenarios (-scenarios, comma-separated):
             drained rate (needs drain), produce->ack latency
   hot       (c) one lite topic at 10x the rate of 99 others: the cold topics'
             p99 with the Runner, throttle off and on, and with no hot topic
-  topics    (d) 100 / 10,000 / 100,000 lite topics: rate, RSS, start-up,
-            under each broker lite dispatch profile of -lite-profiles
+  topics    (d) 100 / 10,000 / 100,000 lite topics (-topic-counts; each
+            gets a message): rate, RSS, start-up, the lite topics filled
+            (and rmqfake's heap, on the emulator), under each broker lite
+            dispatch profile of -lite-profiles
             (default,many: the 5.5.0 settings and scripts/rocketmq.sh's
             many-lite-topics profile, side by side; the broker is
             restarted between them)
@@ -491,7 +493,7 @@ func (b *bench) recordLine(r *run) []byte {
 		"lite_topics": r.LiteTopics, "offered": r.Offered, "shape": r.Shape, "handler_delay": r.HandlerDelay.String(),
 		"invisible": r.Invisible.String(), "id": r.ID, "pos_in_batch": r.Pos, "producer_lag": r.Lag.String(), "backlog_produced_per_s": r.Produced, "broker_cpu_seconds": r.Broker,
 		"broker_baseline_cpu_per_second": r.BrokerBase, "broker_settle": r.Settle.String(), "result": r.Result, "log": r.LogPath,
-		"lite_profile": r.Profile,
+		"lite_profile": r.Profile, "lite_topics_filled": r.Filled, "emulator_heap_bytes": r.Heap, "emulator_backlog_heap_bytes": r.BacklogHeap,
 	})
 	return line
 }
