@@ -119,6 +119,9 @@ func (t *target) connection() rmqflow.Connection {
 	return rmqflow.Connection{Endpoints: t.endpoint}
 }
 
+// backlogRequestTimeout bounds each send of a backlog (produceBacklog).
+const backlogRequestTimeout = 30 * time.Second
+
 // produceBacklog writes n messages of size bytes for run id to topic: lite
 // messages over k lite topics "<id>-<i%k>", normal ones with the run id as a
 // key. It returns the messages/s it produced at.
@@ -126,7 +129,12 @@ func (t *target) produceBacklog(ctx context.Context, topic, mode, id string, n, 
 	// Unordered, as the open loop's producer (runPaced): its rate is the
 	// producer's share of the open scenario's capacity. No peer depends on
 	// the order of a backlog.
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: t.connection(), Topic: topic, Concurrency: 32, Unordered: true})
+	// The backlog is not what the harness measures: each send may take
+	// backlogRequestTimeout (a broker just restarted, its JIT cold, on a
+	// loaded machine answered sends after the default 3 s: 2026-12-03).
+	conn := t.connection()
+	conn.RequestTimeout = backlogRequestTimeout
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: topic, Concurrency: 32, Unordered: true})
 	if err != nil {
 		return 0, err
 	}
