@@ -188,7 +188,7 @@ func (b *bench) useProfile(ctx context.Context, profile string) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("lite profile %q: %w", profile, err)
 		}
-		fake, err := rmqfake.New(append([]rmqfake.Option{rmqfake.Addr("127.0.0.1:0"), rmqfake.MaxStoredBytes(-1)}, opts...)...)
+		fake, err := rmqfake.New(append(emulatorOptions(), opts...)...)
 		if err != nil {
 			return false, err
 		}
