@@ -53,7 +53,7 @@ fuzz:
 # settling, warm-up and a 30 s window): about four hours. Its lite-topic-count
 # runs go once more at the end under the many-lite-topics profile of
 # docs/operations-lite.md, for which it restarts the broker (and once more
-# after them, to the settings it found: -lite-profiles). A run
+# after them, with the profile it found: -lite-profiles). A run
 # that was interrupted continues with `make bench-resume DIR=.cache/bench/<dir>`
 # (its own flags and seed; the runs it recorded are kept). `make bench-quick`
 # is a 2-minute smoke run (report in .cache/bench/). BENCHFLAGS passes more

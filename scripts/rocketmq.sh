@@ -24,6 +24,9 @@
 #   scripts/rocketmq.sh lite     print the lite dispatch lines of the broker.conf
 #                                the running broker was started with (nothing:
 #                                the 5.5.0 defaults; the bench harness reads it)
+#   scripts/rocketmq.sh profiles print the names RMQ_LITE_PROFILE takes, one a
+#                                line (the bench harness finds the running
+#                                broker's profile among them)
 #   scripts/rocketmq.sh pids     print "name pid" of each running JVM
 #                                (namesrv, broker, proxy; the benchmarks
 #                                sample these three, not the auth proxy)
@@ -123,6 +126,9 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 pid_alive() { [ -f "$run/$1.pid" ] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/null; }
 
+# The lite dispatch profiles RMQ_LITE_PROFILE takes (lite_conf).
+lite_profiles="default many"
+
 # lite_conf prints the broker.conf lines of the lite dispatch settings:
 # RMQ_LITE_PROFILE's, each overridden by its own variable; nothing for the
 # 5.5.0 defaults.
@@ -131,7 +137,7 @@ lite_conf() {
   case "$RMQ_LITE_PROFILE" in
     default | "") ;;
     many) events=20000 check=1000 delay=1000 client_delay=1000 store=defaultRocksDB incremental=true ;;
-    *) die "RMQ_LITE_PROFILE=$RMQ_LITE_PROFILE: want default or many" ;;
+    *) die "RMQ_LITE_PROFILE=$RMQ_LITE_PROFILE: want one of: $lite_profiles" ;;
   esac
   store=${RMQ_STORE_TYPE:-$store}
   case "$store" in
@@ -536,5 +542,6 @@ case "${1:-}" in
   pids) pids ;;
   conf) run=$(mktemp -d); write_conf; cat "$run/conf/broker.conf"; rm -rf "$run" ;;
   lite) lite ;;
-  *) sed -n '2,77p' "$0"; exit 2 ;;
+  profiles) printf '%s\n' $lite_profiles ;;
+  *) sed -n '2,80p' "$0"; exit 2 ;;
 esac

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -91,9 +92,38 @@ func (t *target) create(fs []fixture, dir string) error {
 	return nil
 }
 
+// heapInUse is, on the emulator, the harness process's heap in use after a
+// collection: rmqfake's memory, with the harness's own (small) beside it.
+// 0 on a real broker.
+func (t *target) heapInUse() int64 {
+	if t.fake == nil {
+		return 0
+	}
+	runtime.GC()
+	runtime.GC() // (as rmqfake's BenchmarkScaleMemory: what the first one's finalizers freed)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// liteTopicsHolding counts, on the emulator, the lite topics of topic that
+// hold a message.
+func (t *target) liteTopicsHolding(topic string) int {
+	n := 0
+	for _, l := range t.fake.Stats().Topics[topic].LiteTopics {
+		if l.Stored > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 func (t *target) connection() rmqflow.Connection {
 	return rmqflow.Connection{Endpoints: t.endpoint}
 }
+
+// backlogRequestTimeout bounds each send of a backlog (produceBacklog).
+const backlogRequestTimeout = 30 * time.Second
 
 // produceBacklog writes n messages of size bytes for run id to topic: lite
 // messages over k lite topics "<id>-<i%k>", normal ones with the run id as a
@@ -102,7 +132,12 @@ func (t *target) produceBacklog(ctx context.Context, topic, mode, id string, n, 
 	// Unordered, as the open loop's producer (runPaced): its rate is the
 	// producer's share of the open scenario's capacity. No peer depends on
 	// the order of a backlog.
-	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: t.connection(), Topic: topic, Concurrency: 32, Unordered: true})
+	// The backlog is not what the harness measures: each send may take
+	// backlogRequestTimeout (a broker just restarted, its JIT cold, on a
+	// loaded machine answered sends after the default 3 s: 2026-12-03).
+	conn := t.connection()
+	conn.RequestTimeout = backlogRequestTimeout
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: conn, Topic: topic, Concurrency: 32, Unordered: true})
 	if err != nil {
 		return 0, err
 	}

@@ -32,9 +32,9 @@ import (
 const liteProfileMarker = "# Lite dispatch"
 
 // liteOverrides are scripts/rocketmq.sh's single settings that override a
-// profile: unset when the harness asks for a profile's values, so that a
-// profile means the same in every run.
-var liteOverrides = []string{"RMQ_MAX_CLIENT_EVENT_COUNT", "RMQ_LITE_EVENT_CHECK_MS", "RMQ_LITE_FULL_DISPATCH_DELAY_MS", "RMQ_LITE_CLIENT_FULL_DISPATCH_DELAY_MS"}
+// profile: unset when the harness asks for a profile's values or starts the
+// broker with a profile, so that a profile means the same in every run.
+var liteOverrides = []string{"RMQ_MAX_CLIENT_EVENT_COUNT", "RMQ_LITE_EVENT_CHECK_MS", "RMQ_LITE_FULL_DISPATCH_DELAY_MS", "RMQ_LITE_CLIENT_FULL_DISPATCH_DELAY_MS", "RMQ_STORE_TYPE"}
 
 // parseLiteSettings reads the key=value lines that follow the lite dispatch
 // marker in a broker.conf's text.
@@ -109,6 +109,27 @@ func runningSettings(repo string) (map[string]string, error) {
 	return parseLiteSettings(liteProfileMarker + "\n" + string(out)), nil
 }
 
+// profileOf names the profile of scripts/rocketmq.sh whose settings (as its
+// conf command prints them) are settings: "" when none is, with the names
+// of those it compared.
+func profileOf(repo string, settings map[string]string) (string, []string, error) {
+	out, err := exec.Command(filepath.Join(repo, "scripts", "rocketmq.sh"), "profiles").Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("scripts/rocketmq.sh profiles: %w", err)
+	}
+	names := strings.Fields(string(out))
+	for _, name := range names {
+		s, err := profileSettings(repo, name)
+		if err != nil {
+			return "", nil, err
+		}
+		if maps.Equal(s, settings) {
+			return name, names, nil
+		}
+	}
+	return "", names, nil
+}
+
 // fakeLiteOptions are the rmqfake options that model settings. rmqfake
 // models the wildcard group's dispatch; a key it does not model is
 // returned in ignored.
@@ -167,7 +188,7 @@ func (b *bench) useProfile(ctx context.Context, profile string) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("lite profile %q: %w", profile, err)
 		}
-		fake, err := rmqfake.New(append([]rmqfake.Option{rmqfake.Addr("127.0.0.1:0"), rmqfake.MaxStoredBytes(-1)}, opts...)...)
+		fake, err := rmqfake.New(append(emulatorOptions(), opts...)...)
 		if err != nil {
 			return false, err
 		}
@@ -185,21 +206,37 @@ func (b *bench) useProfile(ctx context.Context, profile string) (bool, error) {
 		return false, err
 	}
 	if maps.Equal(have, want) {
+		b.brokerProfile = profile
 		return false, nil
 	}
+	had := formatLiteSettings(have)
 	if b.startSettings == nil {
+		// The broker as found: restored at the end by the name of its
+		// profile (restoreProfile).
 		b.startSettings = have
+		if b.startProfile, b.knownProfiles, err = profileOf(b.cfg.repo, have); err != nil {
+			return false, err
+		}
+		if b.startProfile != "" {
+			had = "the lite profile " + b.startProfile + ": " + had
+		}
 	}
 	fmt.Fprintf(b.log, "harness: lite profile %s: restarting the broker with %s (scripts/rocketmq.sh down, up; it had %s) ...\n",
-		profile, formatLiteSettings(want), formatLiteSettings(have))
+		profile, formatLiteSettings(want), had)
 	if err := b.restartBroker(ctx, scriptEnv(profile)); err != nil {
 		return false, fmt.Errorf("lite profile %q: %w", profile, err)
 	}
+	b.brokerProfile = profile
 	return true, nil
 }
 
-// restoreProfile restarts the real broker with the lite settings it had when
-// the run first changed them (the caller's own broker is left as found).
+// restoreProfile restarts the real broker with the lite profile it had when
+// the run first changed it, by the profile's name (scripts/rocketmq.sh up
+// with RMQ_LITE_PROFILE): a profile is more than the lite dispatch lines the
+// harness compares (the many profile's lite TTL scan interval, for one), and
+// several of its lines have no variable of their own. A broker found with
+// settings of no profile (variables over a profile) is left running with the
+// run's last profile, and the log and the report say so (restoreNote).
 func (b *bench) restoreProfile(ctx context.Context) error {
 	if b.tgt.fake != nil || b.startSettings == nil {
 		return nil
@@ -208,19 +245,18 @@ func (b *bench) restoreProfile(ctx context.Context) error {
 	if err == nil && maps.Equal(have, b.startSettings) {
 		return nil
 	}
-	// The settings it had, whatever profile or variables produced them.
-	env := scriptEnv("default")
-	keys := map[string]string{"maxClientEventCount": "RMQ_MAX_CLIENT_EVENT_COUNT", "liteEventCheckInterval": "RMQ_LITE_EVENT_CHECK_MS",
-		"liteEventFullDispatchDelayTimeForWildcardGroup": "RMQ_LITE_FULL_DISPATCH_DELAY_MS", "liteEventFullDispatchDelayTime": "RMQ_LITE_CLIENT_FULL_DISPATCH_DELAY_MS"}
-	for k, v := range b.startSettings {
-		name, ok := keys[k]
-		if !ok {
-			return fmt.Errorf("the broker was started with %s=%s, which scripts/rocketmq.sh cannot set alone: it is left with the run's last profile", k, v)
-		}
-		env = append(env, name+"="+v)
+	if b.startProfile == "" {
+		b.restoreNote = fmt.Sprintf("the broker was found running with the lite settings %s, which are no profile of scripts/rocketmq.sh (%s): it is not restarted with them and is left running with the lite profile %s (%s); to get it back, run scripts/rocketmq.sh down, then up with the variables it was started with",
+			formatLiteSettings(b.startSettings), strings.Join(b.knownProfiles, ", "), b.brokerProfile, formatLiteSettings(have))
+		fmt.Fprintf(b.log, "harness: %s\n", b.restoreNote)
+		return nil
 	}
-	fmt.Fprintf(b.log, "harness: restarting the broker with the lite settings it had (%s) ...\n", formatLiteSettings(b.startSettings))
-	return b.restartBroker(ctx, env)
+	fmt.Fprintf(b.log, "harness: restarting the broker with the lite profile it had, %s (%s) ...\n", b.startProfile, formatLiteSettings(b.startSettings))
+	if err := b.restartBroker(ctx, scriptEnv(b.startProfile)); err != nil {
+		return fmt.Errorf("restoring the lite profile %q: %w", b.startProfile, err)
+	}
+	b.brokerProfile = b.startProfile
+	return nil
 }
 
 // restartBroker stops the broker, starts it with env, and samples the new

@@ -76,8 +76,10 @@ not of its run fails the run. Scenarios (-scenarios, comma-separated):
             drained rate (needs drain), produce->ack latency
   hot       (c) one lite topic at 10x the rate of 99 others: the cold topics'
             p99 with the Runner, throttle off and on, and with no hot topic
-  topics    (d) 100 / 10,000 / 100,000 lite topics: rate, RSS, start-up,
-            under each broker lite dispatch profile of -lite-profiles
+  topics    (d) 100 / 10,000 / 100,000 lite topics (-topic-counts; each
+            gets a message): rate, RSS, start-up, the lite topics filled
+            (and rmqfake's heap, on the emulator), under each broker lite
+            dispatch profile of -lite-profiles
             (default,many: the 5.5.0 settings and scripts/rocketmq.sh's
             many-lite-topics profile, side by side; the broker is
             restarted between them)
@@ -186,7 +188,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.size, "size", 1024, "message body `bytes`")
 	fs.IntVar(&c.liteTopics, "lite-topics", 100, "lite topics a lite backlog spreads over")
 	counts := fs.String("topic-counts", "100,10000,100000", "lite topic counts of the topics scenario")
-	profiles := fs.String("lite-profiles", "default,many", "the broker's lite dispatch `profiles` (scripts/rocketmq.sh RMQ_LITE_PROFILE; docs/operations-lite.md) the topics scenario runs under, side by side in the report; every other scenario runs under the first. The harness restarts the broker (down, up: a fresh store) to change them, and restores its settings at the end; on the emulator, a new rmqfake with the same settings")
+	profiles := fs.String("lite-profiles", "default,many", "the broker's lite dispatch `profiles` (scripts/rocketmq.sh RMQ_LITE_PROFILE; docs/operations-lite.md) the topics scenario runs under, side by side in the report; every other scenario runs under the first. The harness restarts the broker (down, up: a fresh store) to change them, and at the end restarts it with the profile it found (a broker found with settings of no profile is left with the last one, and the report says so); on the emulator, a new rmqfake with the same settings")
 	fs.BoolVar(&c.noWatchdog, "no-watchdog", false, "do not restart the proxy after a run failed with a sign of a degraded proxy (ILLEGAL_POLLING_TIME, Telemetry handshake timeouts, …)")
 	fs.Uint64Var(&c.seed, "seed", 0, "seed of the run order (default: from the clock; printed)")
 	fs.DurationVar(&c.peerTimeout, "peer-timeout", 4*time.Minute, "give up on a peer run after this long")
@@ -320,12 +322,19 @@ type bench struct {
 	restarts []restart // the watchdog's proxy restarts
 
 	// Lite dispatch profiles (liteprofile.go): those the run used, the
-	// emulator's current one, the real broker's settings before the run
-	// changed them, and how often it restarted the broker for them.
+	// emulator's current one, the real broker's settings and profile (""
+	// if none has them) before the run changed them, the profiles
+	// scripts/rocketmq.sh knows, the real broker's profile now, how often
+	// the run restarted the broker, and why it did not restore it at the
+	// end (for the report).
 	profiles       []liteProfile
 	fakeProfile    string
 	startSettings  map[string]string
+	startProfile   string
+	knownProfiles  []string
+	brokerProfile  string
 	brokerRestarts int
+	restoreNote    string
 
 	// A resumed run (resume.go): when the run first started, when it was
 	// resumed, and the runs recorded before.
@@ -389,9 +398,7 @@ func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
 	}
 	b.tgt = &target{repo: repo, endpoint: cfg.endpoint, brokerAddr: cfg.brokerAddr}
 	if cfg.emulator {
-		// Drain steps leave unconsumed backlogs behind (about 34 MB each):
-		// a whole run would pass the default 1 GiB store limit.
-		fake, err := rmqfake.New(rmqfake.Addr("127.0.0.1:0"), rmqfake.MaxStoredBytes(-1))
+		fake, err := rmqfake.New(emulatorOptions()...)
 		if err != nil {
 			return nil, err
 		}
@@ -415,6 +422,17 @@ func newBench(ctx context.Context, cfg config, logw io.Writer) (*bench, error) {
 		fmt.Fprintf(logw, "harness: the broker idles at %.1f%% of one CPU\n", b.idleCPU*100)
 	}
 	return b, nil
+}
+
+// emulatorOptions are the options of the harness's rmqfake. Drain steps
+// leave unconsumed backlogs behind (about 34 MB each; the topics scenario's
+// 1,000,000 lite topics about 1.5 GB): a whole run would pass the default
+// 1 GiB store limit, and its lite topics the default quota of 1,000,000 lite
+// topics held (2026-12-03: the three 1,000,000 backlogs after three of 100
+// were refused LITE_TOPIC_QUOTA_EXCEEDED). The emulator is measured, not
+// protected: no limit.
+func emulatorOptions() []rmqfake.Option {
+	return []rmqfake.Option{rmqfake.Addr("127.0.0.1:0"), rmqfake.MaxStoredBytes(-1), rmqfake.MaxLiteTopics(-1)}
 }
 
 func (b *bench) close() {
@@ -496,7 +514,7 @@ func (b *bench) recordLine(r *run) []byte {
 		"lite_topics": r.LiteTopics, "offered": r.Offered, "shape": r.Shape, "handler_delay": r.HandlerDelay.String(),
 		"invisible": r.Invisible.String(), "id": r.ID, "pos_in_batch": r.Pos, "producer_lag": r.Lag.String(), "backlog_produced_per_s": r.Produced, "broker_cpu_seconds": r.Broker,
 		"broker_baseline_cpu_per_second": r.BrokerBase, "broker_settle": r.Settle.String(), "result": r.Result, "log": r.LogPath,
-		"lite_profile": r.Profile,
+		"lite_profile": r.Profile, "lite_topics_filled": r.Filled, "emulator_heap_bytes": r.Heap, "emulator_backlog_heap_bytes": r.BacklogHeap,
 	})
 	return line
 }

@@ -199,6 +199,11 @@ type run struct {
 	Produced     float64       // drain: the rate (msgs/s) its backlog was produced at; 0 = not recorded
 	LoadError    string
 	Profile      string // the broker's lite dispatch profile it ran under (-lite-profiles)
+	// Filled is how many lite topics its backlog put a message in (on
+	// rmqfake: counted there); Heap and BacklogHeap are, on rmqfake, the
+	// heap in use after its backlog was produced and how much it grew by.
+	Filled            int
+	Heap, BacklogHeap int64
 
 	ID, Topic, Group string // unique per run
 
@@ -224,6 +229,10 @@ type backlog struct {
 	Messages   int
 	LiteTopics int
 	Produced   bool
+	// Filled, Heap, BacklogHeap: what drainStep measured once it was
+	// produced (run).
+	Filled            int
+	Heap, BacklogHeap int64
 }
 
 // shuffled returns the peers in a random order (interleaving reps).

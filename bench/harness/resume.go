@@ -145,6 +145,9 @@ type saved struct {
 	Settle     string  `json:"broker_settle"`
 	Result     result  `json:"result"`
 	Log        string  `json:"log"`
+	Filled     int     `json:"lite_topics_filled"`
+	Heap       int64   `json:"emulator_heap_bytes"`
+	BLHeap     int64   `json:"emulator_backlog_heap_bytes"`
 }
 
 func savedKey(id, peer string) string { return id + "|" + peer }
@@ -186,6 +189,7 @@ func restore(s *step, prev map[string]saved) bool {
 		sv := prev[savedKey(r.ID, r.Peer.Name())]
 		r.Offered, r.Broker, r.BrokerBase, r.Result, r.LogPath = sv.Offered, sv.Broker, sv.BrokerBase, sv.Result, sv.Log
 		r.Produced = sv.Produced
+		r.Filled, r.Heap, r.BacklogHeap = sv.Filled, sv.Heap, sv.BLHeap
 		r.Lag, _ = time.ParseDuration(sv.Lag)
 		r.Settle, _ = time.ParseDuration(sv.Settle)
 	}
