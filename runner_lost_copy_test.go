@@ -330,3 +330,106 @@ func testRunnerSkipsALostDelivery(t *testing.T, consumers int) {
 		t.Errorf("handler starts %s, want %s", got, want)
 	}
 }
+
+// TestRunnerTakesTheNewCopyOfAStaleHead: every renewal of a held batch
+// m0..m4 fails (the broker is unreachable for them) until its invisibility
+// has ended, m0 still in its handler: the broker hands the batch out again
+// and the runner, which has room, holds both copies of each message. The
+// stale copies are superseded: m0's stale ack fails, and the runner must go
+// on with the new copies it holds, in order, without running the stale
+// m1..m4 and without sending the new copies back to the broker first
+// (before: hold-backs of the new copies, a third delivery of the batch).
+func TestRunnerTakesTheNewCopyOfAStaleHead(t *testing.T) {
+	rmqtest.CheckGoroutines(t)
+	ctx := rmqtest.Context(t, time.Minute)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	mc := rmqfake.NewManualClock(t0)
+	s := rmqfake.NewForTest(t, rmqfake.WithClock(mc), rmqfake.FastLiteDispatch())
+	must(t, s.CreateTopic("main", rmqfake.TopicLite))
+	must(t, s.CreateGroup("g", rmqfake.LiteBind("main"), rmqfake.Wildcard()))
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: rmqflow.Connection{Endpoints: s.Addr()}, Topic: "main"})
+	must(t, err)
+	const n = 5
+	for i := range n {
+		_, err := sink.Write(ctx, rmqflow.Record{LiteTopic: "k", Body: []byte(fmt.Sprint(i))}).Wait(ctx)
+		must(t, err)
+	}
+	must(t, sink.Close(ctx))
+	var late atomic.Bool
+	var holdBacks atomic.Int64
+	s.Intercept("ChangeInvisibleDuration", func(c rmqfake.Call) rmqfake.Verdict {
+		d := c.Request.(*v2.ChangeInvisibleDurationRequest).GetInvisibleDuration().AsDuration()
+		if late.Load() && d == 10*time.Second {
+			return rmqfake.Verdict{Err: status.Error(codes.Unavailable, "test: renewal lost")}
+		}
+		if d != 10*time.Second {
+			holdBacks.Add(1)
+		}
+		return rmqfake.Verdict{}
+	})
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: rmqflow.Connection{Endpoints: s.Addr(), Logger: slog.New(slog.DiscardHandler)},
+		Lite:              []rmqflow.LiteBinding{{Topic: "main", Group: "g"}},
+		InvisibleDuration: 10 * time.Second, RenewalAheadTime: 2 * time.Second, AwaitDuration: 5 * time.Second, MaxMessageNum: 16},
+		rmqflow.StringDecoder())
+	must(t, err)
+	attachClock(src, mc, 500*time.Millisecond)
+	tr := &handlerTrace{running: map[int]int{}}
+	gate := make(chan struct{})
+	h := func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		var i int
+		fmt.Sscan(m.Value, &i)
+		tr.start("A", i, m.Meta.DeliveryAttempt, m.Handle.Handle)
+		defer tr.end("A", i, m.Meta.DeliveryAttempt, m.Handle.Handle)
+		if i == 0 && m.Meta.DeliveryAttempt == 1 {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}
+		return rmqflow.Ack(), nil
+	}
+	r, err := rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{Concurrency: 2})
+	must(t, err)
+	rmqflow.SetRunnerClock(r, mc.Now)
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(rctx) }()
+	defer func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+		stop()
+		<-ran
+	}()
+	waitHeld(t, ctx, r, func(n int64) bool { return n == 5 })
+	late.Store(true)
+	for mc.Now().Before(t0.Add(10500 * time.Millisecond)) {
+		mc.Advance(500 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	waitHeld(t, ctx, r, func(held int64) bool { return held == 2*n })
+	late.Store(false)
+	close(gate)
+	deadline := time.Now().Add(20 * time.Second)
+	for s.Stats().Groups["g"].Acked < n || rmqflow.RunnerHeld(r) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d acked on the broker, runner holds %d; handler trace:%s", s.Stats().Groups["g"].Acked, n, rmqflow.RunnerHeld(r), tr)
+		}
+		time.Sleep(20 * time.Millisecond)
+		mc.Advance(100 * time.Millisecond)
+	}
+	t.Logf("handler trace:%s\nhold-backs and other changes sent: %d", tr, holdBacks.Load())
+	for _, e := range tr.events() {
+		if e.fault != "" {
+			t.Errorf("%s", e)
+		}
+	}
+	if got, want := fmt.Sprint(tr.starts()), "[A:m0@1 A:m0@2 A:m1@2 A:m2@2 A:m3@2 A:m4@2]"; got != want {
+		t.Errorf("handler starts %s, want %s", got, want)
+	}
+	if got := holdBacks.Load(); got != 0 {
+		t.Errorf("%d copies held back or released; want none: the new copies are the ones to run", got)
+	}
+}
