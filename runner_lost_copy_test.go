@@ -433,3 +433,140 @@ func TestRunnerTakesTheNewCopyOfAStaleHead(t *testing.T) {
 		t.Errorf("%d copies held back or released; want none: the new copies are the ones to run", got)
 	}
 }
+
+// TestRunnerSkipsALostDeliveryBothTargets is TestRunnerSkipsALostDelivery's
+// one-consumer case on the wall clock, on rmqfake and on RocketMQ 5.5.0: the
+// renewals of m1..m4 are held in this process (a test hook) until 1.5 s
+// after their invisibility ended, so the broker refuses them as expired and,
+// once m0 is acked, hands m1..m4 out again. The runner must start none of
+// the copies whose renewal was refused, and handle the new ones in order.
+func TestRunnerSkipsALostDeliveryBothTargets(t *testing.T) {
+	for _, target := range []string{"rmqfake", "real"} {
+		t.Run(target, func(t *testing.T) {
+			rmqtest.CheckGoroutines(t)
+			var c rmqflow.Connection
+			topic, group := "rmqflow-lite-lost", "rmqflow-lite-lost-g"
+			if target == "real" {
+				c = conn(t)
+			} else {
+				s := fakeLite(t)
+				c, topic, group = rmqflow.Connection{Endpoints: s.Addr()}, "main", "g"
+			}
+			testLostDeliveryWallClock(t, c, topic, group)
+		})
+	}
+}
+
+func testLostDeliveryWallClock(t *testing.T, c rmqflow.Connection, topic, group string) {
+	ctx := rmqtest.Context(t, 90*time.Second)
+	lite := rmqtest.Unique("lost")
+	sink, err := rmqflow.NewSink(ctx, rmqflow.SinkConfig{Connection: c, Topic: topic})
+	must(t, err)
+	const n = 5
+	index := map[string]int{}
+	for i := range n {
+		id, err := sink.Write(ctx, rmqflow.Record{LiteTopic: lite, Body: []byte(fmt.Sprint(i))}).Wait(ctx)
+		must(t, err)
+		index[id] = i
+	}
+	must(t, sink.Close(ctx))
+
+	logs := &syncBuffer{}
+	lostLog := make(chan struct{}, 16)
+	c.Logger = slog.New(&teeHandler{Handler: slog.NewTextHandler(logs, nil), match: "lease lost", fire: func() { lostLog <- struct{}{} }})
+	src, err := rmqflow.NewSource(rmqflow.SourceConfig{Connection: c, Lite: []rmqflow.LiteBinding{{Topic: topic, Group: group}},
+		InvisibleDuration: 10 * time.Second, RenewalAheadTime: 2 * time.Second, AwaitDuration: 5 * time.Second, MaxMessageNum: 16},
+		rmqflow.StringDecoder())
+	must(t, err)
+	tr := &handlerTrace{running: map[int]int{}}
+	var (
+		mu        sync.Mutex
+		lostHands = map[string]bool{} // the receipt handles whose renewal is made late
+		done      = make(chan struct{})
+		doneOnce  sync.Once
+	)
+	allLost := make(chan struct{})
+	h := func(ctx context.Context, m *rmqflow.AckableMessage[string]) (rmqflow.Decision, error) {
+		if m.Meta.LiteTopic != lite {
+			return rmqflow.Release(), nil // not this run's (an earlier run's leftover)
+		}
+		i, ok := index[m.Meta.MessageID]
+		if !ok {
+			return rmqflow.Release(), nil
+		}
+		tr.start("A", i, m.Meta.DeliveryAttempt, m.Handle.Handle)
+		defer tr.end("A", i, m.Meta.DeliveryAttempt, m.Handle.Handle)
+		if i == 0 {
+			select {
+			case <-allLost:
+			case <-ctx.Done():
+			}
+		}
+		mu.Lock()
+		stale := lostHands[m.Handle.Handle]
+		mu.Unlock()
+		if i == n-1 && !stale {
+			doneOnce.Do(func() { close(done) })
+		}
+		return rmqflow.Ack(), nil
+	}
+	r, err := rmqflow.NewRunner(src, h, rmqflow.RunnerConfig{Concurrency: 2})
+	must(t, err)
+	rmqflow.SetLeaseRenewHook(src, func(rh rmqflow.ReceiptHandle, visibleAt time.Time) {
+		if i, ok := index[rh.MessageID]; !ok || i == 0 || rh.DeliveryAttempt > 1 {
+			return
+		}
+		mu.Lock()
+		lostHands[rh.Handle] = true
+		mu.Unlock()
+		// The injected lateness: this renewal reaches the broker 1.5 s after
+		// the invisibility it was to extend ended.
+		select {
+		case <-time.After(time.Until(visibleAt.Add(1500 * time.Millisecond))):
+		case <-ctx.Done():
+		}
+	})
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Logf("runner: %v", err)
+		}
+	}()
+	for k := 0; k < n-1; k++ {
+		select {
+		case <-lostLog:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d leases lost; trace:%s\nlogs:\n%s", k, n-1, tr, logs)
+		}
+	}
+	close(allLost)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("m%d's new copy not handled; trace:%s\nlogs:\n%s", n-1, tr, logs)
+	}
+	t.Logf("handler trace:%s", tr)
+	var order []int
+	for _, e := range tr.events() {
+		if e.fault != "" {
+			t.Errorf("%s", e)
+		}
+		if !e.start {
+			continue
+		}
+		mu.Lock()
+		for hd := range lostHands {
+			if shortHandle(hd) == e.handle {
+				t.Errorf("runner started m%d with a handle whose renewal the broker refused as expired (%s)", e.i, e)
+			}
+		}
+		mu.Unlock()
+		order = append(order, e.i)
+	}
+	if got := fmt.Sprint(order); got != "[0 1 2 3 4]" {
+		t.Errorf("handled %s, want [0 1 2 3 4], each once", got)
+	}
+}
