@@ -212,7 +212,7 @@ func (t *leaseTable) add(h ReceiptHandle, visibleAt time.Time) *lease {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := keyOf(h)
-	if old := t.leases[k]; old != nil && !old.ended.Load() {
+	if old := t.leases[k]; old != nil && !old.ended.Load() && old.first != h.Handle {
 		// A newer delivery of a message still leased: the broker let the
 		// old one go (its invisibility ended: renewals came too late), so
 		// the old copy is superseded; it is renewed no more, and its
