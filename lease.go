@@ -24,7 +24,9 @@ const DefaultLeaseMaxExtension = time.Hour
 // RenewalConcurrency at once, and a crowd of them starts earlier, by what
 // the renewals before each take at the measured pace (see
 // SourceConfig.RenewalAheadTime); one the broker refuses as an expired handle
-// ends the lease (the message comes back), and one answered after the
+// ends the lease (the message comes back; a Runner does not start it if it
+// has not yet, nor a copy of which the source received a newer delivery),
+// and one answered after the
 // invisibility it was to extend had ended is counted in
 // rmqflow.renewals.late and logged. A lease ends when the delivery is, through the source's
 // ack pool (any Acker from NewAcker on a holder of that pool, the pool's own
@@ -79,7 +81,12 @@ type lease struct {
 	h      ReceiptHandle // the newest handle; guarded by lock
 	ended  atomic.Bool   // no more renewals
 	ending atomic.Int32  // ends waiting for lock: no renewal starts meanwhile
-	t      *leaseTable
+	// lost is set once the broker has let the delivery go while it was
+	// leased: a renewal was refused as an expired handle, or the source
+	// received a newer delivery of the message (the broker handed it out
+	// again). Its holder no longer owns it (Runner: lostDelivery).
+	lost atomic.Bool
+	t    *leaseTable
 
 	// guarded by the table's mu
 	first     string   // the broker handle the delivery was emitted with
@@ -183,6 +190,10 @@ type leaseTable struct {
 
 	mu     sync.Mutex
 	leases map[leaseKey]*lease
+
+	// beforeRenew, when set (tests: SetLeaseRenewHook), is called before
+	// each renewal RPC, with the lease held: a test makes renewals late.
+	beforeRenew func(h ReceiptHandle, visibleAt time.Time)
 }
 
 func newLeaseTable(cfg LeaseConfig, invisible, ahead time.Duration, pool *ackPool, log loggerLike, m *metrics,
@@ -193,14 +204,24 @@ func newLeaseTable(cfg LeaseConfig, invisible, ahead time.Duration, pool *ackPoo
 
 func (t *leaseTable) now() time.Time { return t.clk.now() }
 
-// add leases h's delivery, invisible until visibleAt.
-func (t *leaseTable) add(h ReceiptHandle, visibleAt time.Time) {
+// add leases h's delivery, invisible until visibleAt, and returns its lease.
+func (t *leaseTable) add(h ReceiptHandle, visibleAt time.Time) *lease {
 	h.owner = nil
 	l := &lease{lock: make(chan struct{}, 1), h: h, t: t, first: h.Handle,
 		visibleAt: visibleAt, until: t.now().Add(t.cfg.MaxExtension)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.leases[keyOf(h)] = l
+	k := keyOf(h)
+	if old := t.leases[k]; old != nil && !old.ended.Load() && old.first != h.Handle {
+		// A newer delivery of a message still leased: the broker let the
+		// old one go (its invisibility ended: renewals came too late), so
+		// the old copy is superseded; it is renewed no more, and its
+		// handles stay its own (lookup), never the new delivery's.
+		old.lost.Store(true)
+		old.ended.Store(true)
+	}
+	t.leases[k] = l
+	return l
 }
 
 // lookup returns the lease of h's delivery (live or ended), or nil when h is
@@ -365,6 +386,9 @@ func (t *leaseTable) renew(l *lease, p *renewalPass) {
 	if l.ended.Load() || l.ending.Load() > 0 {
 		return // ended, or about to: an ack or a change is waiting for the handle
 	}
+	if t.beforeRenew != nil {
+		t.beforeRenew(l.h, deadline)
+	}
 	t0 := t.now()
 	nh, err := t.pool.changeInvisibleRaw(ctx, l.h, t.invisible)
 	if answered := t.now(); ctx.Err() == nil {
@@ -382,6 +406,7 @@ func (t *leaseTable) renew(l *lease, p *renewalPass) {
 		// way, which tells the caller the message comes back.
 		t.log.Warn("rmqflow: lease lost: the broker refused its renewal as an expired receipt handle; the message will be delivered again",
 			"handle", name)
+		l.lost.Store(true)
 		l.finish()
 		return
 	case err != nil:

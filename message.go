@@ -31,7 +31,15 @@ type AckableMessage[T any] struct {
 	Handle ReceiptHandle
 	// Meta is the message's metadata.
 	Meta Metadata
+
+	lease *lease // the source's lease of this delivery, if leased
 }
+
+// lostDelivery reports whether the broker has let this delivery go while it
+// was leased (a renewal refused as expired, or a newer delivery of the
+// message received): it comes back, or has already, and acking or changing
+// it can no longer work.
+func (m *AckableMessage[T]) lostDelivery() bool { return m.lease != nil && m.lease.lost.Load() }
 
 // Metadata describes a delivered message. Keys and Properties are the
 // message's own copies. Body is not copied: it is the received body itself,

@@ -242,6 +242,14 @@ type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause
 // blocked behind its unacked head anyway (docs/broker-semantics.md,
 // scenario e).
 //
+// A held message whose delivery the broker let go (its renewal was refused
+// as expired, or the source received a newer delivery of it: a renewal came
+// too late) is never started: the runner skips it and holds its lite topic
+// back behind it as above, and a newer copy of it is its return
+// (TestRunnerSkipsALostDelivery, TestRunnerTakesTheNewCopyOfAStaleHead). A
+// handler already running when its delivery is lost runs to its end; its
+// ack fails and holds the lite topic back likewise.
+//
 // Acks: a worker sends its message's ack and takes up other work at once,
 // without waiting for the broker's answer; but the lite topic stays owned
 // until that answer came: its next message starts only after its
@@ -374,11 +382,15 @@ type keyState[T any] struct {
 
 // keyBlock holds a key back after a message of it ended unacked.
 type keyBlock struct {
-	head   string    // message id of the message that will come back
-	seq    uint64    // when head started (dispatcher.started): the earliest unacked message wins
-	since  time.Time // when the block began
-	until  time.Time // when it is due back
-	expire time.Time // give up waiting for it
+	head  string    // message id of the message that will come back
+	seq   uint64    // when head started (dispatcher.started): the earliest unacked message wins
+	since time.Time // when the block began
+	// headAfter: a copy of head received after it is head's return: since,
+	// or, for a delivery the broker had already let go (lostDelivery), when
+	// that copy was received (a newer copy may be held already).
+	headAfter time.Time
+	until     time.Time // when it is due back
+	expire    time.Time // give up waiting for it
 }
 
 // dispatcher routes messages to per-key FIFOs and runs handlers.
@@ -610,11 +622,29 @@ func (d *dispatcher[T]) runKey(ctx context.Context, k string) {
 		st.queue = st.queue[1:]
 		d.started++
 		seq := d.started
+		if m.lostDelivery() {
+			// The broker let this delivery go while it waited here (its
+			// renewal came too late): it has been handed out again, to this
+			// runner or another consumer of the group. Running it would
+			// handle it alongside (or after) its new copy and its lite
+			// topic's later messages; acking or deferring it can no longer
+			// work. Skip it, and hold the key back behind it as behind a
+			// message that ended unacked (unless it already waits for an
+			// earlier one): its new copy comes first on the broker.
+			now := d.r.now()
+			d.setBlock(st, m, seq, now, now, now)
+			d.mu.Unlock()
+			d.r.src.log.Info("rmqflow: runner skips a message whose delivery the broker let go while it waited (its renewal came too late); it is delivered again, and its lite topic waits for it",
+				"handle", m.Handle.String())
+			d.leave(m)
+			d.settled()
+			continue
+		}
 		hold, leave := time.Duration(-1), false
 		if b := st.block; b != nil {
 			now := d.r.now()
 			switch {
-			case m.Meta.MessageID == b.head && m.Meta.ReceivedAt.After(b.since):
+			case m.Meta.MessageID == b.head && m.Meta.ReceivedAt.After(b.headAfter):
 				st.block = nil // the head is back (not a copy received before it failed)
 			case m.Meta.ReceivedAt.After(b.since) && d.ordered(k, m):
 				// m was received after the head ended unacked, and the head
@@ -696,7 +726,13 @@ func (d *dispatcher[T]) setBlock(st *keyState[T], m *AckableMessage[T], seq uint
 	if b := st.block; b != nil && b.seq < seq && !now.After(b.expire) {
 		return
 	}
-	st.block = &keyBlock{head: m.Meta.MessageID, seq: seq, since: since, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
+	after := since
+	if m.lostDelivery() {
+		// The broker let m's delivery go before it ended here: a copy of m
+		// received since m was is its new delivery, even one already held.
+		after = m.Meta.ReceivedAt
+	}
+	st.block = &keyBlock{head: m.Meta.MessageID, seq: seq, since: since, headAfter: after, until: until, expire: until.Add(d.r.src.cfg.InvisibleDuration)}
 }
 
 // acked is the completion of m's ack, on the goroutine that completed it:
@@ -1067,6 +1103,9 @@ func (d *dispatcher[T]) giveBack(ctx context.Context, left []*AckableMessage[T])
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, max(d.r.src.cfg.RenewalConcurrency, 1))
 	for i, m := range left {
+		if m.lostDelivery() {
+			continue // the broker let it go already: nothing to give back
+		}
 		slots <- struct{}{}
 		wg.Add(1)
 		go func() {

@@ -1016,7 +1016,7 @@ func (s *Source[T]) Next(ctx context.Context) (*AckableMessage[T], error) {
 	// A message that failed to decode is leased only under a Runner, whose
 	// handler decides on it (UndecodableInvisibleDuration).
 	if s.leases != nil && (m.Err == nil || s.leaseUndecodable) {
-		s.leases.add(m.Handle, e.visibleAt)
+		m.lease = s.leases.add(m.Handle, e.visibleAt)
 		m.Handle.owner = s.leases // encoding the handle hands the delivery off
 	}
 	s.metrics.emitted(ctx)
