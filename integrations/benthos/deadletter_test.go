@@ -221,3 +221,65 @@ func TestInputDeadLetterTopic(t *testing.T) {
 		}
 	})
 }
+
+// TestInputDeadLetterTopicOfWrongType: a dead_letter.topic that cannot store
+// the copies the input parks (a FIFO topic: a copy has no message group; a
+// LITE topic without dead_letter.lite_topic: a copy has no lite topic) fails
+// Connect, before the input receives anything, with an error that names
+// dead_letter.topic and the types the topic accepts. Before, the input
+// started, and every message a valve gave up on was parked and refused, and
+// came back, for ever.
+func TestInputDeadLetterTopicOfWrongType(t *testing.T) {
+	onBothTargets(t, func(t *testing.T, endpoint string, fake *rmqfake.Server) {
+		for _, c := range []struct{ topic, types string }{{"rmqflow-fifo-p", "FIFO"}, {repTopic, "LITE"}} {
+			t.Run(c.types, func(t *testing.T) {
+				ctx := rmqtest.Context(t, time.Minute)
+				lite := rmqtest.Unique("wrongtype")
+				send(t, ctx, endpoint, reqTopic, rmqflow.Record{LiteTopic: lite, Body: []byte("kept")})
+				log := &logLines{}
+				b := service.NewStreamBuilder()
+				b.SetEnvVarLookupFunc(envLookup(map[string]string{"EP": endpoint}))
+				must(t, b.AddInputYAML(`rocketmq:
+  endpoints: ${EP}
+  lite:
+    - topic: `+reqTopic+`
+      group: `+reqGroup+`
+  dead_letter:
+    topic: `+c.topic+`
+`))
+				got := make(chan string, 1)
+				must(t, b.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
+					for _, m := range batch {
+						if l, _ := m.MetaGet(rmqflow.AttrLiteTopic); l == lite {
+							select {
+							case got <- l:
+							default:
+							}
+						}
+					}
+					return nil
+				}))
+				b.SetLogger(slog.New(log))
+				stop := start(t, b)
+				want := "dead_letter.topic " + c.topic
+				waitFor(t, 30*time.Second, "a failed Connect naming "+want, func() bool { return len(log.with(want)) > 0 })
+				stop()
+				line := log.with(want)[0]
+				t.Logf("%s", line)
+				if !strings.Contains(line, "accepts "+c.types+" messages only") {
+					t.Errorf("connect error %q: want it to name the topic's types (%s)", line, c.types)
+				}
+				select {
+				case <-got:
+					t.Errorf("the input received a message although its dead_letter.topic cannot take parked copies")
+				default:
+				}
+				if fake != nil {
+					if lc := fake.Stats().Groups[reqGroup].LiteTopics[lite]; lc.Backlog != 1 || lc.InFlight != 0 {
+						t.Errorf("rmqfake counts of the lite topic %+v: want the message still there, never received", lc)
+					}
+				}
+			})
+		}
+	})
+}
