@@ -85,7 +85,10 @@ type SubscriberConfig struct {
 	// again after NackBackoffMax) if the write fails. Subscribe checks the
 	// topic first (rmqflow.CheckDeadLetterSink): in simple mode a topic that
 	// cannot store such a copy (a FIFO or LITE topic) fails Subscribe,
-	// naming the types it accepts. Empty: see Valves. On
+	// naming the types it accepts; a message whose write failed 3 times
+	// (rmqflow.DefaultMaxDeadLetterFailures: a topic that refuses copies
+	// since, an illegal lite topic name) goes where Valves.OnValve says
+	// instead. Empty: see Valves. On
 	// RocketMQ 5.5.0 a lite message in %DLQ%<group> is also delivered into
 	// its lite topic again (MetaDeadLettered "true") and cannot be acked for
 	// good: set DeadLetterTopic (or DeadLetter) to park lite messages for
@@ -93,7 +96,8 @@ type SubscriberConfig struct {
 	DeadLetterTopic string
 	// DeadLetter parks a message a valve gave up on in a place of your
 	// own; returning nil acks it, an error keeps it (it is tried again after
-	// NackBackoffMax). A delivery the Unmarshaler fails on is deferred like
+	// NackBackoffMax; after rmqflow.DefaultMaxDeadLetterFailures (3) errors
+	// for one message it goes where Valves.OnValve says instead). A delivery the Unmarshaler fails on is deferred like
 	// a nacked one (it never reaches the handler) and reaches DeadLetter
 	// (or DeadLetterTopic) raw: its body, its RocketMQ message id as UUID,
 	// and the error in MetaUnmarshalError. Unset: see Valves.
