@@ -283,3 +283,35 @@ func TestInputDeadLetterTopicOfWrongType(t *testing.T) {
 		}
 	})
 }
+
+// TestInputDeadLetterTopicKeepsFailing uses the input as a user does: a
+// pipeline whose mapping always throws on "poison" ("next" behind it in the
+// same lite topic passes), with dead_letter.topic a LITE main topic and
+// dead_letter.lite_topic a name the broker refuses (65 bytes:
+// ILLEGAL_LITE_TOPIC on RocketMQ 5.5.0 and rmqfake), which Connect's check
+// of the topic's type cannot see. Every park fails. After 3 failed writes
+// poison goes to the group's dead-letter queue (counted to=topic-failed 3
+// times, then to=broker-dlq), next goes on, nothing is dropped. Before,
+// poison was written, refused and deferred by nack_backoff_max on every
+// return, holding next back, until the broker's own retry limit moved it.
+func TestInputDeadLetterTopicKeepsFailing(t *testing.T) {
+	onBothTargets(t, func(t *testing.T, endpoint string, fake *rmqfake.Server) {
+		ctx := rmqtest.Context(t, 2*time.Minute)
+		g := runGiveUp(t, ctx, endpoint, fmt.Sprintf("  nack_backoff_max: 300ms\n  dead_letter:\n    topic: %s\n    lite_topic: %s\n", repTopic, strings.Repeat("x", 65)), true)
+		failed, dlq := g.m.sum(rmqbenthos.MetricDeadLettered, "to=topic-failed"), g.m.sum(rmqbenthos.MetricDeadLettered, "to=broker-dlq")
+		parked, dropped := g.m.sum(rmqbenthos.MetricDeadLettered, "to=topic"), g.m.sum(rmqbenthos.MetricDeadLettered, "to=dropped")
+		t.Logf("sent 2 (poison, next); poison ran %d times in the pipeline, next succeeded; parked %d, failed parks %d; to %%DLQ%% %d (back from it %d); dropped %d",
+			g.poisonRuns, parked, failed, dlq, g.fromDLQ, dropped)
+		if g.poisonRuns != 5 || parked != 0 || failed != 3 || dlq != 1 || dropped != 0 {
+			t.Errorf("want poison 5 runs (2 nacks, then 3 failed parks); parked 0, failed parks 3, to %%DLQ%% 1, dropped 0")
+		}
+		if lines := g.log.with("dead-letter function failed 3 times for a message"); len(lines) != 1 || !strings.Contains(lines[0], "the rocketmq input's dead_letter.topic") {
+			t.Errorf("fallback log lines %q: want one naming the rocketmq input's dead_letter.topic", lines)
+		}
+		if fake != nil {
+			if c := fake.Stats().Groups[reqGroup].LiteTopics[g.lite]; c.DeadLettered != 1 {
+				t.Errorf("rmqfake counts of the lite topic %+v: want poison in the DLQ", c)
+			}
+		}
+	})
+}
