@@ -41,11 +41,12 @@ func TestOptionErrorNamesTheField(t *testing.T) {
 		}
 	}
 	runner := map[string]func(*rmqflow.RunnerConfig){
-		"Concurrency":     func(c *rmqflow.RunnerConfig) { c.Concurrency = -1 },
-		"MaxHeld":         func(c *rmqflow.RunnerConfig) { c.MaxHeld = -1 },
-		"ErrorBackoff":    func(c *rmqflow.RunnerConfig) { c.ErrorBackoff = -time.Second },
-		"ErrorBackoffMax": func(c *rmqflow.RunnerConfig) { c.ErrorBackoffMax = -time.Second },
-		"ShutdownTimeout": func(c *rmqflow.RunnerConfig) { c.ShutdownTimeout = -time.Second },
+		"Concurrency":           func(c *rmqflow.RunnerConfig) { c.Concurrency = -1 },
+		"MaxHeld":               func(c *rmqflow.RunnerConfig) { c.MaxHeld = -1 },
+		"ErrorBackoff":          func(c *rmqflow.RunnerConfig) { c.ErrorBackoff = -time.Second },
+		"ErrorBackoffMax":       func(c *rmqflow.RunnerConfig) { c.ErrorBackoffMax = -time.Second },
+		"ShutdownTimeout":       func(c *rmqflow.RunnerConfig) { c.ShutdownTimeout = -time.Second },
+		"MaxDeadLetterFailures": func(c *rmqflow.RunnerConfig) { c.MaxDeadLetterFailures = -1 },
 	}
 	for option, set := range runner {
 		var c rmqflow.RunnerConfig

@@ -82,9 +82,11 @@ func CheckDeadLetterSink(ctx context.Context, s *Sink) error {
 	if err != nil || len(types) == 0 {
 		return err
 	}
-	want, why := MessageNormal, "a parked copy has no lite topic (SinkConfig.LiteTopic) and no message group"
+	// The reasons name no Go field: an integration's user reads them after
+	// the integration's own config key.
+	want, why := MessageNormal, "a parked copy has no lite topic and no message group"
 	if s.cfg.LiteTopic != "" {
-		want, why = MessageLite, "a parked copy has a lite topic (SinkConfig.LiteTopic)"
+		want, why = MessageLite, "a parked copy has a lite topic"
 	}
 	if slices.Contains(types, want) {
 		return nil

@@ -67,7 +67,7 @@ func newMetrics(m metric.Meter) *metrics {
 	x.renewalsC, _ = m.Int64Counter(MetricRenewals, metric.WithUnit("{renewal}"), metric.WithDescription("invisibility renewals by kind (queue, lease) and outcome"))
 	x.lateC, _ = m.Int64Counter(MetricRenewalsLate, metric.WithUnit("{renewal}"), metric.WithDescription("renewals answered after the invisibility they were to extend had ended (they overran RenewalAheadTime), by kind (queue, lease)"))
 	x.sendsC, _ = m.Int64Counter(MetricSends, metric.WithUnit(unitMessages), metric.WithDescription("messages sent by sinks, by outcome"))
-	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner gave up on, by the safety valve that fired and where they went"))
+	x.deadC, _ = m.Int64Counter(MetricDeadLettered, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner gave up on, by the safety valve that fired and where they went (function-failed: a failed dead-letter function, the message comes back)"))
 	x.riskC, _ = m.Int64Counter(MetricDeadLetterRisk, metric.WithUnit(unitMessages), metric.WithDescription("messages a runner held back behind their lite topic's head after the deliveries their group allows: the broker may dead-letter them"))
 	return x
 }

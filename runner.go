@@ -68,6 +68,11 @@ const (
 	DefaultErrorBackoff      = time.Second
 	DefaultErrorBackoffMax   = 10 * time.Minute
 	DefaultShutdownTimeout   = 30 * time.Second
+	// DefaultMaxDeadLetterFailures is the default of
+	// RunnerConfig.MaxDeadLetterFailures: a park that failed 3 times in a
+	// row for one message is taken for one that cannot succeed (a topic
+	// that refuses every copy), not for a passing outage.
+	DefaultMaxDeadLetterFailures = 3
 )
 
 // RunnerConfig configures a Runner. Zero fields take the defaults.
@@ -92,6 +97,20 @@ type RunnerConfig struct {
 	// an earlier message of its lite topic, or a failed ack, does not count.
 	// MaxDeferDuration caps each deferral.
 	ErrorValves ThrottleConfig
+	// MaxDeadLetterFailures is how many times the dead-letter function
+	// (Runner.SetDeadLetter) may fail (return an error, or panic) for one
+	// message before the runner stops calling it for that message and
+	// sends it where ErrorValves.OnValve says instead — by default the
+	// group's dead-letter queue on the broker; if that fails too, the
+	// message is left to come back, never acked unless OnValve is
+	// ValveAck. Each failure defers the message by min(ErrorBackoffMax,
+	// ErrorValves.MaxDeferDuration) first. A park topic that refuses every
+	// copy (one of the wrong type, deleted, or denied since
+	// CheckDeadLetterSink passed) would otherwise bring the message, and
+	// block its lite topic, for ever. Counted per message id in this
+	// runner (up to ErrorValves.DeferTrackerCapacity ids). Default
+	// DefaultMaxDeadLetterFailures (3).
+	MaxDeadLetterFailures int
 	// Shutdown is ShutdownRelease (default) or ShutdownFinish.
 	Shutdown ShutdownMode
 	// ShutdownTimeout bounds the shutdown; then handlers' contexts are
@@ -180,6 +199,9 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 	if c.MaxHeld == 0 {
 		c.MaxHeld = max(c.Concurrency*4, DefaultRunnerMaxHeld)
 	}
+	if c.MaxDeadLetterFailures == 0 {
+		c.MaxDeadLetterFailures = DefaultMaxDeadLetterFailures
+	}
 	if c.Hints.DeadLetter == "" {
 		c.Hints.DeadLetter = "Runner.SetDeadLetter"
 	}
@@ -205,6 +227,8 @@ func (c RunnerConfig) validate() error {
 		return optionError("ErrorBackoffMax", "must not be negative")
 	case c.ShutdownTimeout < 0:
 		return optionError("ShutdownTimeout", "must not be negative")
+	case c.MaxDeadLetterFailures < 0:
+		return optionError("MaxDeadLetterFailures", "must not be negative")
 	}
 	if err := c.ErrorValves.validate(); err != nil {
 		var oe *OptionError
@@ -224,7 +248,8 @@ func (c RunnerConfig) validate() error {
 // recovered) keeps it: the runner defers it by ErrorBackoffMax (at most
 // ErrorValves.MaxDeferDuration), and when it comes back the handler runs
 // again, and the function too if the handler fails or defers again (the
-// valve has fired for good).
+// valve has fired for good) — up to RunnerConfig.MaxDeadLetterFailures
+// failures (3); then the message goes where ErrorValves.OnValve says.
 type DeadLetterFunc[T any] func(ctx context.Context, m *AckableMessage[T], cause error) error
 
 // Runner is the loop of a plain Go service: it starts a Source, runs the
@@ -288,8 +313,12 @@ type Runner[T any] struct {
 	// dead-letter queue, which cannot be acked for good on 5.5.0) is acked
 	// again without running the handler or the function: parked once.
 	parked *deferTracker
-	now    func() time.Time
-	held   atomic.Int64 // messages taken from the source and not yet settled
+	// parkFailures counts, per message id, the dead-letter function's
+	// failures for it; at RunnerConfig.MaxDeadLetterFailures the message
+	// goes where ErrorValves.OnValve says instead.
+	parkFailures *deferTracker
+	now          func() time.Time
+	held         atomic.Int64 // messages taken from the source and not yet settled
 }
 
 // SetThrottle makes the runner admit every message through t before its
@@ -310,7 +339,9 @@ func (r *Runner[T]) SetThrottle(t *Throttle[T]) {
 
 // SetDeadLetter sets what happens to a message the runner gives up on (see
 // RunnerConfig.ErrorValves): f parks it, and the runner acks it once f
-// returned nil. Without it, such a message goes where
+// returned nil; after RunnerConfig.MaxDeadLetterFailures failures of f for
+// one message (3), it goes where OnValve says instead. Without f, such a
+// message goes where
 // RunnerConfig.ErrorValves.OnValve says: by default the group's dead-letter
 // queue on the broker, never acked unless OnValve is ValveAck. Either way it
 // is logged (its handle, never its body) and counted in
@@ -345,7 +376,9 @@ func NewRunner[T any](src *Source[T], h Handler[T], cfg RunnerConfig) (*Runner[T
 	}
 	v := newValves(cfg.ErrorValves, time.Now)
 	v.groupMax = src.groupMaxAttempts
-	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), parked: newDeferTracker(cfg.ErrorValves.DeferTrackerCapacity), now: func() time.Time { return src.clk.now() }}, nil
+	capacity := cfg.ErrorValves.DeferTrackerCapacity
+	return &Runner[T]{src: src, handle: h, cfg: cfg, valves: v, returns: newDeferTracker(capacity), parked: newDeferTracker(capacity),
+		parkFailures: newDeferTracker(capacity), now: func() time.Time { return src.clk.now() }}, nil
 }
 
 // ErrorBackoffFor is the deferral ErrorDefer applies at a delivery attempt.
@@ -996,21 +1029,29 @@ func (d *dispatcher[T]) leaveOrDeadLetter(actx, hctx context.Context, m *Ackable
 	return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 }
 
-// deadLetterMsg hands m to the dead-letter function, or else sends it where
-// ErrorValves.OnValve says, and reports what the key does next: outAck when
-// m is to be acked (the function parked it, or ValveAck), outSettled when the
-// broker's dead-letter queue took it, outBlocked when m is to come back.
+// deadLetterMsg hands m to the dead-letter function, or else (no function,
+// or it failed RunnerConfig.MaxDeadLetterFailures times for m) sends it
+// where ErrorValves.OnValve says, and reports what the key does next: outAck
+// when m is to be acked (the function parked it, or ValveAck), outSettled
+// when the broker's dead-letter queue took it, outBlocked when m is to come
+// back.
 func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMessage[T], cause error, valve string) (outcome, time.Time) {
 	r := d.r
-	switch {
-	case r.deadLetter != nil:
-		r.src.metrics.deadLettered(actx, valve, "function")
+	id := m.Meta.MessageID
+	if r.deadLetter != nil && r.parkFailures.count(id) < r.cfg.MaxDeadLetterFailures {
 		err := d.callDeadLetter(hctx, m, cause)
 		if err == nil {
-			r.parked.add(m.Meta.MessageID)
-		} else {
+			r.src.metrics.deadLettered(actx, valve, "function")
+			r.parked.add(id)
+			r.parkFailures.forget(id)
+			r.valves.forget(id)
+			return outAck, time.Time{}
+		}
+		r.src.metrics.deadLettered(actx, valve, "function-failed")
+		r.parkFailures.add(id)
+		if n := r.parkFailures.count(id); n < r.cfg.MaxDeadLetterFailures {
 			r.src.log.Warn("rmqflow: dead-letter function failed; the message is deferred and tried again",
-				"handle", m.Handle.String(), "err", err)
+				"handle", m.Handle.String(), "failures", n, "max_failures", r.cfg.MaxDeadLetterFailures, "err", err)
 			delay := min(r.cfg.ErrorBackoffMax, r.cfg.ErrorValves.MaxDeferDuration)
 			if _, err := d.acker.ChangeInvisibleDuration(actx, m.Handle, delay); err != nil {
 				d.leave(m)
@@ -1018,11 +1059,17 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 			}
 			return outBlocked, r.now().Add(delay)
 		}
+		r.src.log.Error(fmt.Sprintf("rmqflow: dead-letter function failed %d times for a message (%s): it goes where it would go without one instead (on-valve %s)",
+			r.cfg.MaxDeadLetterFailures, r.cfg.Hints.DeadLetter, r.cfg.ErrorValves.OnValve),
+			"handle", m.Handle.String(), "valve", valve, "cause", cause, "err", err)
+		cause = fmt.Errorf("%w; the dead-letter function failed %d times: %w", cause, r.cfg.MaxDeadLetterFailures, err)
+	}
+	switch {
 	case r.cfg.ErrorValves.OnValve == ValveAck:
 		r.src.metrics.deadLettered(actx, valve, "dropped")
 		r.src.log.Error("rmqflow: giving up on a message: a safety valve fired; acking (dropping) it as "+r.cfg.Hints.Drop+" says",
 			"handle", m.Handle.String(), "valve", valve, "cause", cause)
-		r.parked.add(m.Meta.MessageID)
+		r.parked.add(id)
 	case m.Meta.DeadLettered():
 		// Already a delivery from the dead-letter queue (a lite message on
 		// RocketMQ 5.5.0 comes back from it: scenario g): forwarding it
@@ -1033,7 +1080,7 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 		d.leave(m)
 		return outBlocked, r.now().Add(r.src.cfg.InvisibleDuration)
 	default:
-		err := d.acker.forwardToDeadLetterQueue(actx, m.Handle, ownAttempt(&m.Meta, d.r.valves.deferrals(m.Meta.MessageID)), r.valves.maxAttempt(m.Handle.Group, ordered(&m.Meta)))
+		err := d.acker.forwardToDeadLetterQueue(actx, m.Handle, ownAttempt(&m.Meta, d.r.valves.deferrals(id)), r.valves.maxAttempt(m.Handle.Group, ordered(&m.Meta)))
 		if err != nil {
 			r.src.metrics.deadLettered(actx, valve, "left")
 			r.src.log.Error("rmqflow: giving up on a message: a safety valve fired, and it could not be moved to the dead-letter queue; not acked: it comes back when its invisibility ends, and the broker's own retry limit takes it there",
@@ -1044,11 +1091,13 @@ func (d *dispatcher[T]) deadLetterMsg(actx, hctx context.Context, m *AckableMess
 		r.src.metrics.deadLettered(actx, valve, "broker-dlq")
 		r.src.log.Warn("rmqflow: gave up on a message: a safety valve fired; moved to its group's dead-letter queue %DLQ%<group> (set "+r.cfg.Hints.DeadLetter+" to park it elsewhere)",
 			"handle", m.Handle.String(), "valve", valve, "cause", cause)
-		r.valves.forget(m.Meta.MessageID)
-		r.returns.forget(m.Meta.MessageID)
+		r.valves.forget(id)
+		r.returns.forget(id)
+		r.parkFailures.forget(id)
 		return outSettled, time.Time{}
 	}
-	r.valves.forget(m.Meta.MessageID)
+	r.valves.forget(id)
+	r.parkFailures.forget(id)
 	return outAck, time.Time{}
 }
 

@@ -221,3 +221,97 @@ func TestInputDeadLetterTopic(t *testing.T) {
 		}
 	})
 }
+
+// TestInputDeadLetterTopicOfWrongType: a dead_letter.topic that cannot store
+// the copies the input parks (a FIFO topic: a copy has no message group; a
+// LITE topic without dead_letter.lite_topic: a copy has no lite topic) fails
+// Connect, before the input receives anything, with an error that names
+// dead_letter.topic and the types the topic accepts. Before, the input
+// started, and every message a valve gave up on was parked and refused, and
+// came back, for ever.
+func TestInputDeadLetterTopicOfWrongType(t *testing.T) {
+	onBothTargets(t, func(t *testing.T, endpoint string, fake *rmqfake.Server) {
+		for _, c := range []struct{ topic, types string }{{"rmqflow-fifo-p", "FIFO"}, {repTopic, "LITE"}} {
+			t.Run(c.types, func(t *testing.T) {
+				ctx := rmqtest.Context(t, time.Minute)
+				lite := rmqtest.Unique("wrongtype")
+				send(t, ctx, endpoint, reqTopic, rmqflow.Record{LiteTopic: lite, Body: []byte("kept")})
+				log := &logLines{}
+				b := service.NewStreamBuilder()
+				b.SetEnvVarLookupFunc(envLookup(map[string]string{"EP": endpoint}))
+				must(t, b.AddInputYAML(`rocketmq:
+  endpoints: ${EP}
+  lite:
+    - topic: `+reqTopic+`
+      group: `+reqGroup+`
+  dead_letter:
+    topic: `+c.topic+`
+`))
+				got := make(chan string, 1)
+				must(t, b.AddBatchConsumerFunc(func(_ context.Context, batch service.MessageBatch) error {
+					for _, m := range batch {
+						if l, _ := m.MetaGet(rmqflow.AttrLiteTopic); l == lite {
+							select {
+							case got <- l:
+							default:
+							}
+						}
+					}
+					return nil
+				}))
+				b.SetLogger(slog.New(log))
+				stop := start(t, b)
+				want := "dead_letter.topic " + c.topic
+				waitFor(t, 30*time.Second, "a failed Connect naming "+want, func() bool { return len(log.with(want)) > 0 })
+				stop()
+				line := log.with(want)[0]
+				t.Logf("%s", line)
+				if !strings.Contains(line, "accepts "+c.types+" messages only") {
+					t.Errorf("connect error %q: want it to name the topic's types (%s)", line, c.types)
+				}
+				select {
+				case <-got:
+					t.Errorf("the input received a message although its dead_letter.topic cannot take parked copies")
+				default:
+				}
+				if fake != nil {
+					if lc := fake.Stats().Groups[reqGroup].LiteTopics[lite]; lc.Backlog != 1 || lc.InFlight != 0 {
+						t.Errorf("rmqfake counts of the lite topic %+v: want the message still there, never received", lc)
+					}
+				}
+			})
+		}
+	})
+}
+
+// TestInputDeadLetterTopicKeepsFailing uses the input as a user does: a
+// pipeline whose mapping always throws on "poison" ("next" behind it in the
+// same lite topic passes), with dead_letter.topic a LITE main topic and
+// dead_letter.lite_topic a name the broker refuses (65 bytes:
+// ILLEGAL_LITE_TOPIC on RocketMQ 5.5.0 and rmqfake), which Connect's check
+// of the topic's type cannot see. Every park fails. After 3 failed writes
+// poison goes to the group's dead-letter queue (counted to=topic-failed 3
+// times, then to=broker-dlq), next goes on, nothing is dropped. Before,
+// poison was written, refused and deferred by nack_backoff_max on every
+// return, holding next back, until the broker's own retry limit moved it.
+func TestInputDeadLetterTopicKeepsFailing(t *testing.T) {
+	onBothTargets(t, func(t *testing.T, endpoint string, fake *rmqfake.Server) {
+		ctx := rmqtest.Context(t, 2*time.Minute)
+		g := runGiveUp(t, ctx, endpoint, fmt.Sprintf("  nack_backoff_max: 300ms\n  dead_letter:\n    topic: %s\n    lite_topic: %s\n", repTopic, strings.Repeat("x", 65)), true)
+		failed, dlq := g.m.sum(rmqbenthos.MetricDeadLettered, "to=topic-failed"), g.m.sum(rmqbenthos.MetricDeadLettered, "to=broker-dlq")
+		parked, dropped := g.m.sum(rmqbenthos.MetricDeadLettered, "to=topic"), g.m.sum(rmqbenthos.MetricDeadLettered, "to=dropped")
+		t.Logf("sent 2 (poison, next); poison ran %d times in the pipeline, next succeeded; parked %d, failed parks %d; to %%DLQ%% %d (back from it %d); dropped %d",
+			g.poisonRuns, parked, failed, dlq, g.fromDLQ, dropped)
+		if g.poisonRuns != 5 || parked != 0 || failed != 3 || dlq != 1 || dropped != 0 {
+			t.Errorf("want poison 5 runs (2 nacks, then 3 failed parks); parked 0, failed parks 3, to %%DLQ%% 1, dropped 0")
+		}
+		if lines := g.log.with("dead-letter function failed 3 times for a message"); len(lines) != 1 || !strings.Contains(lines[0], "the rocketmq input's dead_letter.topic") {
+			t.Errorf("fallback log lines %q: want one naming the rocketmq input's dead_letter.topic", lines)
+		}
+		if fake != nil {
+			if c := fake.Stats().Groups[reqGroup].LiteTopics[g.lite]; c.DeadLettered != 1 {
+				t.Errorf("rmqfake counts of the lite topic %+v: want poison in the DLQ", c)
+			}
+		}
+	})
+}

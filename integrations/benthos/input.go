@@ -99,10 +99,10 @@ With `+"`ack_mode: manual`"+` the input acks nothing: every message carries its 
 				service.NewDurationField("max_defer_duration").Description("The longest single deferral.").Default(rmqflow.DefaultMaxDeferDuration.String()),
 			).Description("Safety valves: when one fires, a message the pipeline keeps failing is given up on instead of being deferred again, and goes where `dead_letter` says (by default the group's dead-letter queue on the broker; never dropped unless `dead_letter.drop` is true).").Advanced(),
 			service.NewObjectField("dead_letter",
-				service.NewStringField("topic").Description("A topic of your own where a message given up on is parked: the input writes a copy (body, tag, keys, properties, plus `"+rmqflow.PropertyDeadLetterOrigin+"`, `"+rmqflow.PropertyDeadLetterLiteTopic+"`, `"+rmqflow.PropertyDeadLetterMessageID+"` and `"+rmqflow.PropertyDeadLetterCause+"` saying where it came from and why) and acks the message once the broker stored the copy; if the write fails the message is kept and tried again later. Empty: the group's dead-letter queue `%DLQ%<group>` on the broker (ForwardMessageToDeadLetterQueue), where it can be read back; on RocketMQ 5.5.0 a lite message in `%DLQ%<group>` is also delivered into its lite topic again (`"+MetaDeadLettered+"` true) and cannot be acked for good, so set a topic to park lite messages for good.").Default(""),
+				service.NewStringField("topic").Description("A topic of your own where a message given up on is parked: the input writes a copy (body, tag, keys, properties, plus `"+rmqflow.PropertyDeadLetterOrigin+"`, `"+rmqflow.PropertyDeadLetterLiteTopic+"`, `"+rmqflow.PropertyDeadLetterMessageID+"` and `"+rmqflow.PropertyDeadLetterCause+"` saying where it came from and why) and acks the message once the broker stored the copy; if the write fails the message is kept and tried again later. Connect checks the topic first: one that cannot store such a copy (a FIFO topic, or a LITE one without `lite_topic`) fails Connect, naming the types it accepts. A message whose write failed 3 times (a topic that refuses copies since: deleted, denied, an illegal `lite_topic`) goes to the group's dead-letter queue instead, logged. Empty: the group's dead-letter queue `%DLQ%<group>` on the broker (ForwardMessageToDeadLetterQueue), where it can be read back; on RocketMQ 5.5.0 a lite message in `%DLQ%<group>` is also delivered into its lite topic again (`"+MetaDeadLettered+"` true) and cannot be acked for good, so set a topic to park lite messages for good.").Default(""),
 				service.NewStringField("lite_topic").Description("The lite topic of the copies, when `topic` is a LITE main topic; the original lite topic travels in `"+rmqflow.PropertyDeadLetterLiteTopic+"`.").Default(""),
 				service.NewBoolField("drop").Description("Ack (drop) a message given up on instead of keeping it anywhere: it is lost. Only for messages that are worthless once they kept failing; excludes `topic`.").Default(false),
-			).Description("Where a message goes once a safety valve (`valves`) gave up on it: by default the group's dead-letter queue on the broker; `topic` parks it in a topic of your own; `drop: true` acks it, losing it. Each is logged and counted in the `"+MetricDeadLettered+"` metric (label `to`: `broker-dlq`, `topic`, `left` when it could not be moved and comes back, `dropped`).").Advanced(),
+			).Description("Where a message goes once a safety valve (`valves`) gave up on it: by default the group's dead-letter queue on the broker; `topic` parks it in a topic of your own; `drop: true` acks it, losing it. Each is logged and counted in the `"+MetricDeadLettered+"` metric (label `to`: `broker-dlq`, `topic`, `topic-failed` for each failed write to `topic`, `left` when it could not be moved and comes back, `dropped`).").Advanced(),
 			service.NewObjectField("fair_share",
 				service.NewBoolField("enabled").Description("Defer a lite topic while it takes more than its share of recent throughput.").Default(false),
 				service.NewDurationField("window").Description("How much recent throughput counts.").Default("10s"),
@@ -400,9 +400,16 @@ func (in *input) Connect(ctx context.Context) error {
 	}
 	var dlq *rmqflow.Sink
 	if in.deadLetter != nil {
-		// Opened before the source starts: a dead-letter topic the broker
-		// refuses fails Connect before any message is received.
-		if dlq, err = rmqflow.NewSink(ctx, *in.deadLetter); err != nil {
+		// Opened and checked before the source starts: a dead-letter topic
+		// the broker refuses, or one that cannot store a parked copy (a
+		// FIFO topic, or a LITE one without dead_letter.lite_topic), fails
+		// Connect before any message is received.
+		if dlq, err = rmqflow.NewSink(ctx, *in.deadLetter); err == nil {
+			if err = rmqflow.CheckDeadLetterSink(ctx, dlq); err != nil {
+				err = errors.Join(err, dlq.Close(context.WithoutCancel(ctx)))
+			}
+		}
+		if err != nil {
 			err = fmt.Errorf("rocketmq input: dead_letter.topic %s: %w", in.deadLetter.Topic, err)
 			return errors.Join(err, src.Close(context.WithoutCancel(ctx)))
 		}

@@ -18,7 +18,10 @@ const (
 	// safety valve fired, with the labels valve (max-delivery-attempt,
 	// max-defers, max-deferred-age) and to: broker-dlq (moved to the group's
 	// dead-letter queue, the default), topic (parked in dead_letter.topic),
-	// left (not acked: it comes back) or dropped (acked, dead_letter.drop).
+	// topic-failed (the write to dead_letter.topic failed: the message comes
+	// back, and after 3 such failures goes to the group's dead-letter queue,
+	// counted again there), left (not acked: it comes back) or dropped
+	// (acked, dead_letter.drop).
 	MetricDeadLettered = "rocketmq_dead_lettered"
 	// MetricDeadLetterRisk counts the messages held back behind an earlier
 	// message of their lite topic after the deliveries their group allows:
@@ -64,8 +67,14 @@ func (c benthosCounter) Add(_ context.Context, n int64, opts ...metric.AddOption
 		if v, ok := attrs.Value(k); ok {
 			values[i] = v.Emit()
 		}
-		if k == "to" && values[i] == "function" {
-			values[i] = "topic" // the input's only dead-letter function parks in dead_letter.topic
+		if k == "to" {
+			// The input's only dead-letter function parks in dead_letter.topic.
+			switch values[i] {
+			case "function":
+				values[i] = "topic"
+			case "function-failed":
+				values[i] = "topic-failed"
+			}
 		}
 	}
 	c.c.Incr(n, values...)

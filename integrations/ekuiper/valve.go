@@ -120,8 +120,10 @@ func (v *valve) returned(h rmqflow.ReceiptHandle) { v.returns.Add(h) }
 // gets before it goes where on-valve says instead: a topic that refuses
 // every copy (one the check at start could not see: its type or its ACL
 // changed since) must not keep the message, and its lite topic, coming back
-// until the broker's own limit.
-const maxParkFailures = 3
+// until the broker's own limit. It is the Runner's default
+// (rmqflow.RunnerConfig.MaxDeadLetterFailures), so that the integrations
+// agree; the source gives up on messages itself, without a Runner.
+const maxParkFailures = rmqflow.DefaultMaxDeadLetterFailures
 
 // parkFailures counts each message's failed parks in this process (a
 // restarted rule keeps them).

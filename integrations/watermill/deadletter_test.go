@@ -226,3 +226,39 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestSubscribeDeadLetterTopicOfWrongType: in simple mode DeadLetterTopic is
+// a RocketMQ topic of its own, and one that cannot store the copies the
+// subscriber parks (a FIFO topic: a copy has no message group; a LITE topic:
+// a copy has no lite topic) fails Subscribe, before anything is received,
+// with an error that names SubscriberConfig.DeadLetterTopic and the types the
+// topic accepts. Before, Subscribe succeeded, and every message a valve gave
+// up on was parked and refused, and came back, for ever. (In lite mode the
+// copies go to a lite topic of the subscription's own LITE main topic, which
+// always takes them: TestDeadLetterTopic.)
+func TestSubscribeDeadLetterTopicOfWrongType(t *testing.T) {
+	const topic, group, fifo, lite = "rmqflow-normal-b", "rmqflow-normal-b-g", "rmqflow-fifo-p", "rmqflow-lite-b" // scripts/rocketmq/fixtures.txt
+	onBothTargets(t, func(t *testing.T, endpoint string, fake *rmqfake.Server) {
+		if fake != nil {
+			must(t, fake.CreateTopic(topic, rmqfake.TopicNormal))
+			must(t, fake.CreateGroup(group))
+			must(t, fake.CreateTopic(fifo, rmqfake.TopicFIFO))
+			must(t, fake.CreateTopic(lite, rmqfake.TopicLite))
+		}
+		for _, c := range []struct{ dlt, types string }{{fifo, "FIFO"}, {lite, "LITE"}} {
+			t.Run(c.types, func(t *testing.T) {
+				rmqtest.CheckGoroutines(t)
+				sub, err := rmqwatermill.NewSubscriber(rmqwatermill.SubscriberConfig{Source: rmqflow.SourceConfig{
+					Connection: rmqflow.Connection{Endpoints: endpoint}, Mode: rmqflow.ModeSimple, Group: group}, DeadLetterTopic: c.dlt})
+				must(t, err)
+				defer sub.Close()
+				ch, err := sub.Subscribe(ctxT(t), topic)
+				t.Logf("Subscribe: %v", err)
+				if ch != nil || err == nil || !strings.Contains(err.Error(), "SubscriberConfig.DeadLetterTopic "+c.dlt) ||
+					!strings.Contains(err.Error(), "accepts "+c.types+" messages only") {
+					t.Errorf("Subscribe with DeadLetterTopic %s: %v, want an error naming SubscriberConfig.DeadLetterTopic and the topic's types (%s)", c.dlt, err, c.types)
+				}
+			})
+		}
+	})
+}

@@ -3,6 +3,8 @@ package rmqwatermill_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/rmqflow/rmqflow"
 	rmqwatermill "github.com/rmqflow/rmqflow/integrations/watermill"
 	"github.com/rmqflow/rmqflow/internal/rmqtest"
+	"github.com/rmqflow/rmqflow/rmqfake"
 )
 
 // TestRouterRetryAndPoisonQueue runs the Router of docs/watermill.md: the
@@ -163,4 +166,91 @@ func poisonRouter(t *testing.T, tg *target, group string) (*message.Router, *rmq
 	}
 	router.AddMiddleware(pq, middleware.Retry{MaxRetries: 2, InitialInterval: 10 * time.Millisecond}.Middleware)
 	return router, pub, sub, orders, poison
+}
+
+// TestRouterDeadLetterTopicKeepsFailing uses the subscriber as a user does:
+// a Router with no middleware whose handler always fails "poison" (and
+// handles "next", behind it in the same lite topic), with DeadLetterTopic
+// naming a lite topic whose name the broker refuses (65 bytes:
+// ILLEGAL_LITE_TOPIC on RocketMQ 5.5.0 and rmqfake, conformance scenario i),
+// which Subscribe's check of the topic's type cannot see. Every park fails.
+// After 3 failed parks poison goes where Valves.OnValve says, the group's
+// dead-letter queue; next is handled; nothing is dropped. Before, poison was
+// parked, refused and deferred on every return, holding next back, until the
+// broker's own retry limit moved it.
+func TestRouterDeadLetterTopicKeepsFailing(t *testing.T) {
+	onBothTargets(t, func(t *testing.T, endpoint string, fake *rmqfake.Server) {
+		rmqtest.CheckGoroutines(t)
+		ctx := rmqtest.Context(t, 2*time.Minute)
+		meter, log := newCounterMeter(), &logLines{}
+		tg := &target{endpoint: endpoint, mode: rmqflow.ModeLite, tune: func(c *rmqwatermill.SubscriberConfig) {
+			c.NackBackoff, c.NackBackoffMax = 10*time.Millisecond, 100*time.Millisecond
+			c.Valves = rmqflow.ThrottleConfig{MaxDefers: 2}
+			c.DeadLetterTopic = strings.Repeat("x", 65) // refused by the broker on every park
+			c.Source.Connection.Meter, c.Source.Connection.Logger = meter, slog.New(log)
+		}}
+		orders := rmqtest.Unique("orders")
+		pub := tg.publisher(t)
+		sub := tg.subscriber(t, wmGroup)
+		router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+		must(t, err)
+		var (
+			mu                  sync.Mutex
+			poisonRuns, dlqRuns int
+			nextRuns            int
+			nextDone, back      = make(chan struct{}), make(chan struct{})
+			nextOnce, backOnce  sync.Once
+		)
+		router.AddNoPublisherHandler("orders", orders, sub, func(m *message.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case string(m.Payload) == "next":
+				nextRuns++
+				nextOnce.Do(func() { close(nextDone) })
+				return nil
+			case m.Metadata.Get(rmqwatermill.MetaDeadLettered) == "true":
+				dlqRuns++
+				backOnce.Do(func() { close(back) })
+			default:
+				poisonRuns++
+			}
+			return errors.New("poison cannot be read")
+		})
+		routerDone := make(chan error, 1)
+		go func() { routerDone <- router.Run(context.Background()) }()
+		<-router.Running()
+		publish(t, pub, orders, "poison", "next")
+		for _, w := range []struct {
+			what string
+			ch   chan struct{}
+		}{{"next handled", nextDone}, {"poison back from %DLQ%", back}} {
+			select {
+			case <-w.ch:
+			case <-ctx.Done():
+				mu.Lock()
+				t.Errorf("%s: timed out; poison ran %d times, failed parks %d", w.what, poisonRuns, meter.sum(rmqflow.MetricDeadLettered, "to", "function-failed"))
+				mu.Unlock()
+			}
+		}
+		must(t, router.Close())
+		must(t, <-routerDone)
+		mu.Lock()
+		defer mu.Unlock()
+		parked, failed := meter.sum(rmqflow.MetricDeadLettered, "to", "function"), meter.sum(rmqflow.MetricDeadLettered, "to", "function-failed")
+		dlq, dropped := meter.sum(rmqflow.MetricDeadLettered, "to", "broker-dlq"), meter.sum(rmqflow.MetricDeadLettered, "to", "dropped")
+		t.Logf("sent 2; handled: poison %d runs, next %d; parked %d, failed parks %d; to %%DLQ%% %d (back from it %d); dropped %d",
+			poisonRuns, nextRuns, parked, failed, dlq, dlqRuns, dropped)
+		if poisonRuns != 2+1+3-1 || nextRuns != 1 || parked != 0 || failed != 3 || dlq != 1 || dropped != 0 {
+			t.Errorf("want poison 5 runs (2 nacks, then 3 failed parks), next 1; parked 0, failed parks 3, to %%DLQ%% 1, dropped 0")
+		}
+		if lines := log.with("dead-letter function failed 3 times for a message"); len(lines) != 1 || !strings.Contains(lines[0], "SubscriberConfig.DeadLetterTopic") {
+			t.Errorf("fallback log lines %q: want one naming SubscriberConfig.DeadLetterTopic", lines)
+		}
+		if fake != nil {
+			if g := fake.Stats().Groups[wmGroup]; g.DeadLettered != 1 {
+				t.Errorf("rmqfake group counts %+v: want poison in the DLQ", g.Counts)
+			}
+		}
+	})
 }

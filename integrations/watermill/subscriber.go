@@ -82,7 +82,13 @@ type SubscriberConfig struct {
 	// (rmqflow.PropertyDeadLetterOrigin, PropertyDeadLetterLiteTopic,
 	// PropertyDeadLetterMessageID, PropertyDeadLetterCause, as metadata); the
 	// message is acked once the broker stored the copy, and kept (tried
-	// again after NackBackoffMax) if the write fails. Empty: see Valves. On
+	// again after NackBackoffMax) if the write fails. Subscribe checks the
+	// topic first (rmqflow.CheckDeadLetterSink): in simple mode a topic that
+	// cannot store such a copy (a FIFO or LITE topic) fails Subscribe,
+	// naming the types it accepts; a message whose write failed 3 times
+	// (rmqflow.DefaultMaxDeadLetterFailures: a topic that refuses copies
+	// since, an illegal lite topic name) goes where Valves.OnValve says
+	// instead. Empty: see Valves. On
 	// RocketMQ 5.5.0 a lite message in %DLQ%<group> is also delivered into
 	// its lite topic again (MetaDeadLettered "true") and cannot be acked for
 	// good: set DeadLetterTopic (or DeadLetter) to park lite messages for
@@ -90,7 +96,8 @@ type SubscriberConfig struct {
 	DeadLetterTopic string
 	// DeadLetter parks a message a valve gave up on in a place of your
 	// own; returning nil acks it, an error keeps it (it is tried again after
-	// NackBackoffMax). A delivery the Unmarshaler fails on is deferred like
+	// NackBackoffMax; after rmqflow.DefaultMaxDeadLetterFailures (3) errors
+	// for one message it goes where Valves.OnValve says instead). A delivery the Unmarshaler fails on is deferred like
 	// a nacked one (it never reaches the handler) and reaches DeadLetter
 	// (or DeadLetterTopic) raw: its body, its RocketMQ message id as UUID,
 	// and the error in MetaUnmarshalError. Unset: see Valves.
@@ -260,7 +267,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		if err != nil {
 			beginClose()
 			_ = src.Close(context.Background())
-			return nil, fmt.Errorf("rmqwatermill: subscribe %s: DeadLetterTopic %s: %w", topic, s.cfg.DeadLetterTopic, err)
+			return nil, fmt.Errorf("rmqwatermill: subscribe %s: SubscriberConfig.DeadLetterTopic %s: %w", topic, s.cfg.DeadLetterTopic, err)
 		}
 		run.SetDeadLetter(rmqflow.DeadLetterToSink[[]byte](dlq))
 	}
@@ -371,7 +378,10 @@ func (s *Subscriber) Close() error {
 }
 
 // deadLetterSink returns the sink of DeadLetterTopic, opening it the first
-// time; a failed opening is tried again by the next call.
+// time; a failed opening is tried again by the next call. It is checked
+// when opened (rmqflow.CheckDeadLetterSink): a topic that cannot store a
+// parked copy (in simple mode a FIFO or LITE topic) fails Subscribe before
+// anything is received, where every park would fail otherwise.
 func (s *Subscriber) deadLetterSink(ctx context.Context) (*rmqflow.Sink, error) {
 	s.dlqMu.Lock()
 	defer s.dlqMu.Unlock()
@@ -379,6 +389,9 @@ func (s *Subscriber) deadLetterSink(ctx context.Context) (*rmqflow.Sink, error) 
 		sink, err := rmqflow.NewSink(ctx, s.cfg.deadLetterSink())
 		if err != nil {
 			return nil, err
+		}
+		if err := rmqflow.CheckDeadLetterSink(ctx, sink); err != nil {
+			return nil, errors.Join(err, sink.Close(context.WithoutCancel(ctx)))
 		}
 		s.dlq = sink
 	}
