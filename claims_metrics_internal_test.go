@@ -92,6 +92,8 @@ func TestMetricsAsDocumented(t *testing.T) {
 	}
 	sm.malformed(ctx)
 	sm.rejoined(ctx, &binding{topic: "t", group: "g"})
+	sm.kicked(ctx, &binding{topic: "t", group: "g"}, true)
+	sm.kicked(ctx, &binding{topic: "t", group: "g"}, false)
 	x.acked(ctx, nil)
 	x.acked(ctx, fmt.Errorf("ack: %w", client.ErrInvalidReceiptHandle))
 	x.acked(ctx, errors.New("broken"))
