@@ -30,7 +30,7 @@ type target struct {
 	// peers with kick=on.
 	brokerAddr string
 	fake       *rmqfake.Server
-	cpu      *cpuSampler // nil on the emulator
+	cpu        *cpuSampler // nil on the emulator
 }
 
 // fixture is one topic and the groups that read it.
