@@ -44,12 +44,17 @@ type program struct {
 	built time.Duration
 }
 
-var programs = []*program{
-	{name: "rmqflow", mod: ".", pkg: "./cmd/rmqflow", race: true},
-	{name: "rmqflow-connect", mod: "integrations/benthos", pkg: "./cmd/rmqflow-connect", race: true},
-	{name: "litework", mod: "integrations/beam", pkg: "./examples/litework", race: true},
-	// As the eKuiper step of make test and its TestMain build it.
-	{name: "rmqflow-sql", mod: "integrations/ekuiper", pkg: "./cmd/rmqflow-sql", tags: "core", env: []string{"CGO_ENABLED=0"}},
+// newPrograms returns the programs a test run builds, each to be built once
+// in that run's directory (a fresh set per run: under -count N each run has a
+// directory of its own).
+func newPrograms() []*program {
+	return []*program{
+		{name: "rmqflow", mod: ".", pkg: "./cmd/rmqflow", race: true},
+		{name: "rmqflow-connect", mod: "integrations/benthos", pkg: "./cmd/rmqflow-connect", race: true},
+		{name: "litework", mod: "integrations/beam", pkg: "./examples/litework", race: true},
+		// As the eKuiper step of make test and its TestMain build it.
+		{name: "rmqflow-sql", mod: "integrations/ekuiper", pkg: "./cmd/rmqflow-sql", tags: "core", env: []string{"CGO_ENABLED=0"}},
+	}
 }
 
 // build builds p into dir (once per test run).
@@ -171,11 +176,12 @@ func abs(wd, p string) string {
 
 // harness holds what the blocks share: the binaries, the shim, the address locks.
 type harness struct {
-	root  string
-	bin   string // the binaries and the go shim
-	env   []string
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	root     string
+	bin      string // the binaries and the go shim
+	env      []string
+	programs []*program
+	mu       sync.Mutex
+	locks    map[string]*sync.Mutex
 }
 
 func newHarness(t *testing.T) *harness {
@@ -213,6 +219,7 @@ func newHarness(t *testing.T) *harness {
 		}
 	}
 	var keys []string
+	programs := newPrograms()
 	for _, p := range programs {
 		keys = append(keys, filepath.Join(root, p.mod, p.pkg)+"|"+p.tags+"="+filepath.Join(bin, p.name))
 	}
@@ -221,7 +228,7 @@ func newHarness(t *testing.T) *harness {
 		shimEnv+"="+realGo,
 		shimMapEnv+"="+strings.Join(keys, ";"),
 	)
-	return &harness{root: root, bin: bin, env: env, locks: map[string]*sync.Mutex{}}
+	return &harness{root: root, bin: bin, env: env, programs: programs, locks: map[string]*sync.Mutex{}}
 }
 
 // lock takes the locks of addrs (in a fixed order) and returns their release.
@@ -248,9 +255,9 @@ func (h *harness) lock(addrs []string) func() {
 }
 
 // programsOf returns the programs a block's lines name.
-func programsOf(b block) []*program {
+func (h *harness) programsOf(b block) []*program {
 	var ps []*program
-	for _, p := range programs {
+	for _, p := range h.programs {
 		for _, c := range b.cmds {
 			if strings.Contains(c.text, strings.TrimPrefix(p.pkg, "./")) || regexp.MustCompile(`(^|[\s;&|(])`+regexp.QuoteMeta(p.name)+`\s`).MatchString(c.text) {
 				ps = append(ps, p)
@@ -271,7 +278,7 @@ func TestQuickstart(t *testing.T) {
 	for _, b := range blocks {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			for _, p := range programsOf(b) {
+			for _, p := range h.programsOf(b) {
 				if err := p.build(h.root, h.bin); err != nil {
 					t.Fatal(err)
 				}
