@@ -21,8 +21,8 @@ step() {
   [ -n "$1" ] && echo "== $1"
   return 0
 }
-report_steps() {
-  rc=$?
+report_steps() { # [EXIT_STATUS]: the status to report, else that of the last command
+  rc=${1:-$?}
   step ""
   printf '== time per step (total %ds, exit %d)\n%s' "$SECONDS" "$rc" "$steps"
 }
@@ -89,13 +89,13 @@ warm_lanes() {
     "$f" >/dev/null 2>&1 || echo "warm-up: $f failed (the lane will say why)"
   done
 }
-warm_start=$SECONDS
+warm_time=$(mktemp)
 set -m # its own process group, stopped with it if the run ends early
 renice_self() { renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true; }
-(renice_self; warm_lanes) &
+(renice_self; t=$SECONDS; warm_lanes; echo $((SECONDS - t)) >"$warm_time") &
 warm_pid=$!
 set +m
-trap 'st=$?; kill -- -"$warm_pid" 2>/dev/null; (exit "$st"); report_steps' EXIT
+trap 'st=$?; kill -- -"$warm_pid" 2>/dev/null || true; report_steps "$st"' EXIT
 trap 'exit 130' INT TERM
 # go vet's full set of checks runs inside each module's go test (-vet=all),
 # on the packages that build compiled for the test, rather than as a go vet
@@ -126,7 +126,8 @@ step "go test -tags proof ./proof (crash suite, multi-process group, proxy resta
 go test -race -vet=all -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
 # The warm-up has ended long ago unless the build cache was empty.
 wait "$warm_pid" || true
-echo "== the lanes' warm-up compile ended after $((SECONDS - warm_start))s"
+echo "== the lanes' warm-up compile (background) took $(cat "$warm_time")s"
+rm -f "$warm_time"
 # The modules above run in two lanes at once, each its steps in order: they
 # spend most of their time waiting on the broker (redeliveries, dispatch
 # ticks), they use topics and groups of their own (scripts/rocketmq/fixtures.txt),
