@@ -77,11 +77,14 @@ bench_tests() { (cd bench && go test -vet=all -count=1 ./harness/ ./internal/pee
 # before their first test: Beam, eKuiper and Benthos, each under -race, and
 # Beam again without it (lane a 273 s and lane b 86 s of compiling on 2 cores,
 # after what the main suite builds, measured 2026-12-04). The main suite
-# meanwhile mostly waits on the broker (a warm run used 34% of one core). So
-# the lanes' own commands run now in the background at the lowest CPU
-# priority with -exec true, which compiles and vets each test binary and runs
-# none; the lanes later find them in the build cache. With a warm cache this
-# takes seconds. Its failures are the lanes' to report.
+# meanwhile mostly waits on the broker (the test processes of a warm run used
+# 34% of one core, the broker's JVMs not counted). So the lanes' own commands
+# run now in the background at the lowest CPU priority with -exec true, which
+# compiles and vets each test binary and runs none; the lanes later find them
+# in the build cache. In a new clone it took 255 s with the dependencies
+# already in the cache (the modules' own packages build again: the cache keys
+# hold their directory), seconds in a checkout that built them before. Its
+# failures are the lanes' to report.
 warm_lanes() {
   local f
   export GOFLAGS="${GOFLAGS:+$GOFLAGS }-exec=$(type -P true)"
@@ -124,7 +127,8 @@ if scripts/rocketmq.sh status >/dev/null 2>&1; then
 fi
 step "go test -tags proof ./proof (crash suite, multi-process group, proxy restart)"
 go test -race -vet=all -count=1 -tags proof -timeout 20m -v ./proof/ 2>&1 | grep -v '^=== \(RUN\|PAUSE\|CONT\)'
-# The warm-up has ended long ago unless the build cache was empty.
+# The warm-up ends before the main suite does (with an empty build cache on
+# 2026-12-04 it was over by the end of the main suite's 12 minutes).
 wait "$warm_pid" || true
 echo "== the lanes' warm-up compile (background) took $(cat "$warm_time")s"
 rm -f "$warm_time"
