@@ -204,6 +204,8 @@ func testRunnerSkipsALostDelivery(t *testing.T, consumers int) {
 
 	tr := &handlerTrace{running: map[int]int{}}
 	gate := make(chan struct{})      // m0's first handling waits for it
+	m0Started := make(chan struct{}) // m0's first handling began
+	startedM0 := sync.OnceFunc(func() { close(m0Started) })
 	otherDone := make(chan struct{}) // the other consumer handled m1..m4
 	idx := func(m *rmqflow.AckableMessage[string]) int {
 		var i int
@@ -216,6 +218,7 @@ func testRunnerSkipsALostDelivery(t *testing.T, consumers int) {
 		defer tr.end("A", i, m.Meta.DeliveryAttempt, m.Handle.Handle)
 		switch {
 		case i == 0 && m.Meta.DeliveryAttempt == 1:
+			startedM0()
 			select {
 			case <-gate:
 			case <-ctx.Done():
@@ -254,6 +257,13 @@ func testRunnerSkipsALostDelivery(t *testing.T, consumers int) {
 	}
 	defer stopA()
 	waitHeld(t, ctx, r, func(n int64) bool { return n == 5 })
+	// The runner counts a message held when it receives it; its handler
+	// starts a moment later, on a worker.
+	select {
+	case <-m0Started:
+	case <-ctx.Done():
+		t.Fatalf("m0's handler never started; started %v", tr.starts())
+	}
 	if got := tr.starts(); fmt.Sprint(got) != "[A:m0@1]" {
 		t.Fatalf("started %v, want [A:m0@1]", got)
 	}
