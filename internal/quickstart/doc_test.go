@@ -1,11 +1,17 @@
-// Package quickstart runs the quickstart command blocks of README.md and
-// docs/*.md as they are written, on the embedded emulator (rmqflow broker).
+// Package quickstart runs the quickstart command blocks of README.md,
+// docs/*.md, integrations/*/README.md and bench/README.md as they are
+// written, on the embedded emulator (rmqflow broker).
 //
 // A ```sh block is run when an HTML comment names it right above it:
 //
 //	<!-- quickstart NAME [wait=ADDR,ADDR] [vary=TOKEN,TOKEN] [timeout=DURATION] -->
 //
-// and left out with a reason:
+// goes on in a later block of the same file, prose between, marked
+//
+//	<!-- quickstart NAME part=N -->
+//
+// (N = 2, 3, ...; the parts run in one shell, with part 1's attributes),
+// and is left out with a reason:
 //
 //	<!-- quickstart-skip: REASON -->
 //
@@ -43,6 +49,7 @@
 //
 // Cost (2 cores, -race, 2026-12-03): the blocks on 127.0.0.1:8081 run one
 // after the other, about 60 s in all (sql-worked 21 s: two 10-second windows;
+// since 2026-12-04 ekuiper-readme, the same rule, 18 s more, under load;
 // readme-cli 15 s: the emulator's 5-to-15-second lite backlog dispatch, as the
 // README says; beam-prism 13 s; benthos-throttle 6 s; rmqfake-standalone 3 s),
 // the demo's 30 s beside them; the builds are the ones the later steps of make

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,15 +32,22 @@ type command struct {
 
 func (b block) String() string { return fmt.Sprintf("%s:%d (%s)", b.file, b.line, b.name) }
 
-// docFiles are the documents whose ```sh blocks are inventoried.
+// docFiles are the documents whose ```sh blocks are inventoried: the
+// README, docs/*.md, and the READMEs of the integrations and the benchmark.
 func docFiles(root string) ([]string, error) {
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		return nil, err
-	}
 	files := []string{"README.md"}
-	for _, d := range docs {
-		files = append(files, filepath.Join("docs", filepath.Base(d)))
+	for _, pattern := range []string{"docs/*.md", "integrations/*/README.md", "bench/README.md"} {
+		found, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pattern)))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range found {
+			rel, err := filepath.Rel(root, f)
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, rel)
+		}
 	}
 	return files, nil
 }
@@ -66,6 +74,7 @@ func parseDoc(root, file string) ([]block, []unmarked, error) {
 	lines := strings.Split(string(b), "\n")
 	var blocks []block
 	var bare []unmarked
+	parts := map[string]int{} // block name -> parts read so far
 	for i := 0; i < len(lines); i++ {
 		if strings.TrimSpace(lines[i]) != "```sh" {
 			continue
@@ -90,9 +99,15 @@ func parseDoc(root, file string) ([]block, []unmarked, error) {
 				return nil, nil, fmt.Errorf("%s:%d: malformed marker %q", file, i, marker)
 			}
 			blk := block{file: file, line: i + 1, name: m[1], timeout: 90 * time.Second}
+			part := 1
 			for _, kv := range strings.Fields(m[2]) {
 				k, v, _ := strings.Cut(kv, "=")
 				switch k {
+				case "part":
+					// A later part of a block: its attributes are part 1's.
+					if part, err = strconv.Atoi(v); err != nil || part < 2 || strings.TrimSpace(m[2]) != kv {
+						return nil, nil, fmt.Errorf("%s:%d: %q: a later part is marked part=N alone, N ≥ 2", file, i, strings.TrimSpace(m[2]))
+					}
 				case "wait":
 					blk.wait = strings.Split(v, ",")
 				case "vary":
@@ -107,6 +122,19 @@ func parseDoc(root, file string) ([]block, []unmarked, error) {
 			}
 			if blk.cmds, err = splitCommands(body, i+2); err != nil {
 				return nil, nil, fmt.Errorf("%s: %v", file, err)
+			}
+			if parts[blk.name]+1 != part {
+				return nil, nil, fmt.Errorf("%s:%d: %s part %d follows part %d of that name in this file; want part %d", file, i, blk.name, part, parts[blk.name], parts[blk.name]+1)
+			}
+			parts[blk.name] = part
+			if part > 1 {
+				// The same block, on in the same shell.
+				for j := range blocks {
+					if blocks[j].name == blk.name {
+						blocks[j].cmds = append(blocks[j].cmds, blk.cmds...)
+					}
+				}
+				break
 			}
 			blocks = append(blocks, blk)
 		default:
@@ -192,7 +220,7 @@ func allBlocks(t *testing.T, root string) ([]block, []unmarked) {
 	return blocks, bare
 }
 
-// TestQuickstartInventory: every ```sh block of README.md and docs/*.md is
+// TestQuickstartInventory: every ```sh block of the documents (docFiles) is
 // either run (a quickstart marker) or left out with a reason, so that a new
 // block cannot go untested by accident; names are unique; and the parser
 // reads the shapes the blocks use.
@@ -254,5 +282,43 @@ d`, "\n"), 1)
 	}
 	if cmds[3].text != "d" || len(cmds[2].expect)+len(cmds[3].expect) != 0 {
 		t.Errorf("fourth: %+v", cmds[3])
+	}
+}
+
+// TestParseParts: a block may go on in a later ```sh block (part=N), in the
+// same shell: its commands are the first part's, then the later part's, and
+// a part out of order or with attributes of its own is an error.
+func TestParseParts(t *testing.T) {
+	doc := func(body string) string {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "d.md"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	const fence = "```"
+	root := doc("<!-- quickstart x wait=127.0.0.1:1 -->\n" + fence + "sh\nserve &\n" + fence + "\nprose\n\n" +
+		"<!-- quickstart x part=2 -->\n" + fence + "sh\nf() { echo; }\nf\n# shown\n" + fence + "\n")
+	blocks, bare, err := parseDoc(root, "d.md")
+	if err != nil || len(bare) != 0 || len(blocks) != 1 {
+		t.Fatalf("blocks %+v, bare %v, err %v", blocks, bare, err)
+	}
+	b := blocks[0]
+	var got []string
+	for _, c := range b.cmds {
+		got = append(got, fmt.Sprintf("%d:%s%v", c.line, c.text, c.expect))
+	}
+	if want := "[3:serve &[] 9:f() { echo; }[] 10:f[shown]]"; fmt.Sprint(got) != want || fmt.Sprint(b.wait) != "[127.0.0.1:1]" || b.line != 2 {
+		t.Errorf("block at line %d, wait %v, commands %q; want line 2, wait [127.0.0.1:1], %s", b.line, b.wait, got, want)
+	}
+	for _, bad := range []string{
+		"<!-- quickstart x part=2 -->\n" + fence + "sh\na\n" + fence + "\n",                                                                      // no part 1
+		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart x part=3 -->\n" + fence + "sh\nb\n" + fence + "\n",            // a part skipped
+		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart x part=2 timeout=1s -->\n" + fence + "sh\nb\n" + fence + "\n", // attributes of its own
+		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart x -->\n" + fence + "sh\nb\n" + fence + "\n",                   // the same name twice
+	} {
+		if _, _, err := parseDoc(doc(bad), "d.md"); err == nil {
+			t.Errorf("no error for\n%s", bad)
+		}
 	}
 }
