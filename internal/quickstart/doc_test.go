@@ -6,7 +6,8 @@
 //
 //	<!-- quickstart NAME [wait=ADDR,ADDR] [vary=TOKEN,TOKEN] [timeout=DURATION] -->
 //
-// goes on in a later block of the same file, prose between, marked
+// goes on in a later block of the same file (prose and skipped blocks
+// between, no other run block), marked
 //
 //	<!-- quickstart NAME part=N -->
 //
@@ -49,9 +50,10 @@
 //
 // Cost (2 cores, -race, 2026-12-03): the blocks on 127.0.0.1:8081 run one
 // after the other, about 60 s in all (sql-worked 21 s: two 10-second windows;
-// since 2026-12-04 ekuiper-readme, the same rule, 18 s more, under load;
 // readme-cli 15 s: the emulator's 5-to-15-second lite backlog dispatch, as the
 // README says; beam-prism 13 s; benthos-throttle 6 s; rmqfake-standalone 3 s),
+// about 80 s since ekuiper-readme (the same rule as sql-worked, 18 s under
+// load) came on 2026-12-04,
 // the demo's 30 s beside them; the builds are the ones the later steps of make
 // test make anyway (same flags, shared cache), but for linking each binary.
 //

@@ -105,7 +105,7 @@ func parseDoc(root, file string) ([]block, []unmarked, error) {
 				switch k {
 				case "part":
 					// A later part of a block: its attributes are part 1's.
-					if part, err = strconv.Atoi(v); err != nil || part < 2 || strings.TrimSpace(m[2]) != kv {
+					if part, err = strconv.Atoi(v); err != nil || part < 2 || v != strconv.Itoa(part) || strings.TrimSpace(m[2]) != kv {
 						return nil, nil, fmt.Errorf("%s:%d: %q: a later part is marked part=N alone, N ≥ 2", file, i, strings.TrimSpace(m[2]))
 					}
 				case "wait":
@@ -123,17 +123,21 @@ func parseDoc(root, file string) ([]block, []unmarked, error) {
 			if blk.cmds, err = splitCommands(body, i+2); err != nil {
 				return nil, nil, fmt.Errorf("%s: %v", file, err)
 			}
-			if parts[blk.name]+1 != part {
+			switch {
+			case part == 1 && parts[blk.name] > 0:
+				return nil, nil, fmt.Errorf("%s:%d: name %s already used in this file (a later part is marked part=N)", file, i, blk.name)
+			case parts[blk.name]+1 != part:
 				return nil, nil, fmt.Errorf("%s:%d: %s part %d follows part %d of that name in this file; want part %d", file, i, blk.name, part, parts[blk.name], parts[blk.name]+1)
+			case part > 1 && blocks[len(blocks)-1].name != blk.name:
+				// Another block between would run beside the parts, out
+				// of the document's order.
+				return nil, nil, fmt.Errorf("%s:%d: %s part %d comes after block %s: the parts of a block follow one another (prose and skipped blocks between)", file, i, blk.name, part, blocks[len(blocks)-1].name)
 			}
 			parts[blk.name] = part
 			if part > 1 {
 				// The same block, on in the same shell.
-				for j := range blocks {
-					if blocks[j].name == blk.name {
-						blocks[j].cmds = append(blocks[j].cmds, blk.cmds...)
-					}
-				}
+				last := &blocks[len(blocks)-1]
+				last.cmds = append(last.cmds, blk.cmds...)
 				break
 			}
 			blocks = append(blocks, blk)
@@ -286,8 +290,9 @@ d`, "\n"), 1)
 }
 
 // TestParseParts: a block may go on in a later ```sh block (part=N), in the
-// same shell: its commands are the first part's, then the later part's, and
-// a part out of order or with attributes of its own is an error.
+// same shell, prose and skipped blocks between: its commands are the first
+// part's, then the later part's; a part out of order, after another run
+// block, or with attributes of its own is an error.
 func TestParseParts(t *testing.T) {
 	doc := func(body string) string {
 		dir := t.TempDir()
@@ -298,6 +303,7 @@ func TestParseParts(t *testing.T) {
 	}
 	const fence = "```"
 	root := doc("<!-- quickstart x wait=127.0.0.1:1 -->\n" + fence + "sh\nserve &\n" + fence + "\nprose\n\n" +
+		"<!-- quickstart-skip: not this one -->\n" + fence + "sh\nz\n" + fence + "\n" +
 		"<!-- quickstart x part=2 -->\n" + fence + "sh\nf() { echo; }\nf\n# shown\n" + fence + "\n")
 	blocks, bare, err := parseDoc(root, "d.md")
 	if err != nil || len(bare) != 0 || len(blocks) != 1 {
@@ -308,14 +314,17 @@ func TestParseParts(t *testing.T) {
 	for _, c := range b.cmds {
 		got = append(got, fmt.Sprintf("%d:%s%v", c.line, c.text, c.expect))
 	}
-	if want := "[3:serve &[] 9:f() { echo; }[] 10:f[shown]]"; fmt.Sprint(got) != want || fmt.Sprint(b.wait) != "[127.0.0.1:1]" || b.line != 2 {
+	if want := "[3:serve &[] 13:f() { echo; }[] 14:f[shown]]"; fmt.Sprint(got) != want || fmt.Sprint(b.wait) != "[127.0.0.1:1]" || b.line != 2 {
 		t.Errorf("block at line %d, wait %v, commands %q; want line 2, wait [127.0.0.1:1], %s", b.line, b.wait, got, want)
 	}
 	for _, bad := range []string{
 		"<!-- quickstart x part=2 -->\n" + fence + "sh\na\n" + fence + "\n",                                                                      // no part 1
 		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart x part=3 -->\n" + fence + "sh\nb\n" + fence + "\n",            // a part skipped
 		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart x part=2 timeout=1s -->\n" + fence + "sh\nb\n" + fence + "\n", // attributes of its own
-		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart x -->\n" + fence + "sh\nb\n" + fence + "\n",                   // the same name twice
+		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart x -->\n" + fence + "sh\nb\n" + fence + "\n",
+		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart y -->\n" + fence + "sh\nb\n" + fence + "\n<!-- quickstart x part=2 -->\n" + fence + "sh\nc\n" + fence + "\n", // another block between
+		"<!-- quickstart x -->\n" + fence + "sh\na\n" + fence + "\n<!-- quickstart x part=02 -->\n" + fence + "sh\nb\n" + fence + "\n",                                                          // not N
+		"<!-- quickstart x part=1 -->\n" + fence + "sh\na\n" + fence + "\n",                                                                                                                     // part 1 is unmarked                   // the same name twice
 	} {
 		if _, _, err := parseDoc(doc(bad), "d.md"); err == nil {
 			t.Errorf("no error for\n%s", bad)
