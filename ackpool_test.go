@@ -408,14 +408,22 @@ func TestAckWithdrawnFromQueue(t *testing.T) {
 // MaxInFlight RPCs at once, never more; each ack gets its own result and the
 // stats count every ack and RPC once.
 func TestAckPoolRPCsInFlight(t *testing.T) {
-	mc := rmqfake.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	s := fakeNormal(t, rmqfake.WithClock(mc))
+	s := fakeNormal(t)
 	const n, inFlight = 6, 2
 	hs := received(t, s, client.Credentials{}, n)
 	onWire := make(chan struct{}, 2*n)
+	// Each RPC is held until the test releases it. (A Delay on a manual
+	// clock raced: under load the test could move the clock before the fake
+	// armed the RPC's timer, which then never fired.)
+	release, over := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(over) })
 	s.Intercept("AckMessage", func(rmqfake.Call) rmqfake.Verdict {
 		onWire <- struct{}{}
-		return rmqfake.Verdict{Delay: 10 * time.Second} // held until the clock moves
+		select {
+		case <-release:
+		case <-over:
+		}
+		return rmqfake.Verdict{}
 	})
 	pool, err := AcquireAckPool(AckPoolConfig{Connection: Connection{Endpoints: s.Addr(), RequestTimeout: 20 * time.Second},
 		MaxBatch: 1, Linger: time.Millisecond, MaxInFlight: inFlight})
@@ -440,7 +448,8 @@ func TestAckPoolRPCsInFlight(t *testing.T) {
 	}
 	arrived := 0
 	for arrived < n {
-		for range min(inFlight, n-arrived) {
+		held := min(inFlight, n-arrived)
+		for range held {
 			select {
 			case <-onWire:
 				arrived++
@@ -455,10 +464,18 @@ func TestAckPoolRPCsInFlight(t *testing.T) {
 			t.Fatalf("ack RPC %d left with %d answered: more than %d on the wire", arrived+1, done(), inFlight)
 		case <-time.After(100 * time.Millisecond):
 		}
-		if d := done(); d != arrived-inFlight {
-			t.Fatalf("%d acks answered with %d RPCs sent and the last %d held, want %d", d, arrived, inFlight, arrived-inFlight)
+		if d := done(); d != arrived-held {
+			t.Fatalf("%d acks answered with %d RPCs sent and the last %d held, want %d", d, arrived, held, arrived-held)
 		}
-		mc.Advance(10 * time.Second)
+		for range held {
+			release <- struct{}{}
+		}
+		// Every released ack gets its answer before the next round counts.
+		for deadline := time.Now().Add(5 * time.Second); done() < arrived; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d acks answered of the %d released", done(), arrived)
+			}
+		}
 	}
 	for i, f := range fs {
 		if err := f.wait(ctx); err != nil {

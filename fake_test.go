@@ -153,6 +153,10 @@ func TestRunnerShutdownFinish(t *testing.T) {
 	if err := s.WaitFor(ctx, func(st rmqfake.Stats) bool { return st.Groups["g"].Backlog == 0 }); err != nil {
 		t.Fatal(err)
 	}
+	// The broker counts a message out when its receive answers; the runner
+	// holds it once the answer has arrived (a receive still in transit
+	// would be cut short by the shutdown).
+	waitHeld(t, ctx, r, func(held int64) bool { return held == n })
 	stop()
 	if got := handled.Load(); got != 1 {
 		t.Fatalf("%d messages handled before the shutdown began, want 1", got)

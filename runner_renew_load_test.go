@@ -121,8 +121,11 @@ func TestRunnerShutdownWithRenewalsOnTheWire(t *testing.T) {
 func TestRunnerShutdownGivesBackPromptly(t *testing.T) {
 	const n, shutdown, latency = 30, 500 * time.Millisecond, 2 * time.Second
 	took, _, back := runnerShutdownUnderRenewals(t, n, shutdown, latency)
-	if limit := shutdown + 2*latency + time.Second; took > limit {
-		t.Errorf("Run returned %v after its context ended, want at most %v (ShutdownTimeout, two renewals' latency, 1 s)",
+	// 2 s of slack for 30 releases and Close under -race on a loaded
+	// machine; the serial give-back this guards against also leaves
+	// messages behind (back < n below).
+	if limit := shutdown + 2*latency + 2*time.Second; took > limit {
+		t.Errorf("Run returned %v after its context ended, want at most %v (ShutdownTimeout, two renewals' latency, 2 s)",
 			took.Round(time.Millisecond), limit)
 	}
 	if back != n {

@@ -55,6 +55,7 @@ func TestSinkFlushWaitsOnlyForEarlierRecords(t *testing.T) {
 		defer cancel()
 		_ = sink.Close(cctx)
 	}()
+	base := clk.Pending() // timers on the clock before r0 and r1 are held
 	r0 := sink.Write(ctx, rmqflow.Record{Body: []byte("r0")})
 	if b := <-wire; b != "r0" {
 		t.Fatalf("on the wire: %s", b)
@@ -72,6 +73,11 @@ func TestSinkFlushWaitsOnlyForEarlierRecords(t *testing.T) {
 	r1 := sink.Write(ctx, rmqflow.Record{Body: []byte("r1")})
 	if b := <-wire; b != "r1" {
 		t.Fatalf("on the wire: %s", b)
+	}
+	// Both holds on the clock (the fake arms a hold after its interceptor
+	// returned) before it moves.
+	if err := clk.WaitPending(ctx, base+2); err != nil {
+		t.Fatalf("r0 and r1 held on the clock: %v (%d timers)", err, clk.Pending())
 	}
 	clk.Advance(2 * time.Second) // r0's delay ends; r1's does not
 	if err := <-flushed; err != nil {
