@@ -138,6 +138,17 @@ func TestFilteredRowsAckedByProgress(t *testing.T) {
 			}
 		}
 		t.Logf("the 51 even rows written with %d nudges", nudges)
+		// Every row the test sent is ingested before the next one goes:
+		// a dropped row ingested after the row meant to pass it would wait
+		// (idle-ack off) and come back at the server's stop.
+		ingested := func(k int) {
+			t.Helper()
+			eventually(t, 60*time.Second, "the rows sent ingested", func() (bool, string) {
+				got := int(srv.metric("evens", "source_s_0_records_out_total"))
+				return got >= k, fmt.Sprintf("%d of %d", got, k)
+			})
+		}
+		ingested(n + nudges)
 		// The broker hands lite topics out in any order, so the last row
 		// ingested may be odd: an even row sent alone afterwards moves the
 		// rule past all of them.
@@ -163,6 +174,7 @@ func TestFilteredRowsAckedByProgress(t *testing.T) {
 		} else {
 			tg.send(t, []map[string]any{{"n": 1001, "session": tg.lite(7)}}, func(int) string { return tg.lite(7) })
 		}
+		ingested(n + nudges + 2) // 1001 before 1002, which passes it
 		tg.send(t, []map[string]any{{"n": 1002, "session": tg.lite(8)}}, func(int) string { return tg.lite(8) })
 		eventually(t, 60*time.Second, "the last even row written", func() (bool, string) {
 			got := len(out.snapshot()) - nudges
